@@ -1,0 +1,197 @@
+"""The flat, padded batch every method trains on, built once per optimizer step.
+
+Layout (the same as verl's): each member's prompt is LEFT-padded to P and its response
+RIGHT-padded to T, so response token t of every member sits at column P + t and log-probs come
+out as one [M, T] tensor aligned with `response_mask`. A member->set index ties members to their
+active sets; per-set and per-episode fields carry everything advantage grouping needs (task,
+event, turn, return), so no method has to look back at the episodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+
+import torch
+from torch import Tensor
+
+from srpo.types import Episode
+
+
+@dataclass
+class FlatBatch:
+    input_ids: Tensor  # [M, P+T] long: prompt left-padded to P, response right-padded to T
+    attention_mask: Tensor  # [M, P+T] long: 1 on real tokens
+    response_mask: Tensor  # [M, T] bool: response tokens in the loss (generated, not observations)
+    prompt_length: int  # P
+    set_index: Tensor  # [M] long: member -> set, 0..S-1
+    member_agent: tuple[str, ...]  # [M] role that produced the member
+    member_policy: tuple[str, ...]  # [M] policy that produced the member
+    set_task: tuple[str, ...]  # [S] task id (default advantage group)
+    set_event: tuple[str, ...]  # [S] event key of the transition
+    set_turn: Tensor  # [S] long: transition index within its episode
+    set_episode: Tensor  # [S] long: episode of the set, 0..E-1
+    set_reward: Tensor  # [S] float: R_S, the return credited to the set
+    episode_task: tuple[str, ...]  # [E] task id of each episode
+    episode_reward: Tensor  # [E] float: outcome reward
+    sampling_logprobs: Tensor | None = None  # [M, T] log-probs recorded at sampling time
+    # Filled by the training step (computed once per optimizer step, sliced per micro-batch):
+    old_logprobs: Tensor | None = None  # [M, T] log pi_old, recomputed before the update
+    ref_logprobs: Tensor | None = None  # [M, T] log pi_ref (only when a KL penalty is on)
+    member_advantages: Tensor | None = None  # [M] advantage used by each member's loss term
+    token_weights: Tensor | None = None  # [M, T] aggregation weights of the whole step
+
+    @property
+    def num_members(self) -> int:
+        return int(self.set_index.shape[0])
+
+    @property
+    def num_sets(self) -> int:
+        return len(self.set_task)
+
+    @property
+    def set_sizes(self) -> Tensor:  # [S] long
+        return torch.bincount(self.set_index, minlength=self.num_sets)
+
+    @property
+    def response_lengths(self) -> Tensor:  # [M] long: trained tokens per member
+        return self.response_mask.sum(dim=-1)
+
+    def select_sets(self, set_ids: Sequence[int] | Tensor) -> FlatBatch:
+        """The sub-batch holding exactly the given sets (whole), with sets renumbered 0..len-1.
+
+        Step-level fields (advantages, token weights, old log-probs) are sliced, never
+        recomputed, so a loss over the sub-batches sums to the loss over the whole batch.
+        Episode-level fields are kept whole (set_episode keeps pointing into them).
+        """
+        set_ids = torch.as_tensor(set_ids, dtype=torch.long)
+        if set_ids.numel() == 0:
+            raise ValueError("select_sets needs at least one set")
+        if bool((set_ids < 0).any()) or bool((set_ids >= self.num_sets).any()):
+            raise ValueError(f"set ids out of range for a batch of {self.num_sets} sets")
+        new_id = torch.full((self.num_sets,), -1, dtype=torch.long)
+        new_id[set_ids] = torch.arange(set_ids.numel())
+        rows = (new_id[self.set_index] >= 0).nonzero().flatten()  # members kept, original order
+        ids = set_ids.tolist()
+        member_fields = {
+            f.name: getattr(self, f.name)[rows]
+            for f in fields(self)
+            if f.name in ("input_ids", "attention_mask", "response_mask", "sampling_logprobs",
+                          "old_logprobs", "ref_logprobs", "member_advantages", "token_weights")
+            and getattr(self, f.name) is not None
+        }
+        rows_list = rows.tolist()
+        return replace(
+            self,
+            **member_fields,
+            set_index=new_id[self.set_index[rows]],
+            member_agent=tuple(self.member_agent[i] for i in rows_list),
+            member_policy=tuple(self.member_policy[i] for i in rows_list),
+            set_task=tuple(self.set_task[i] for i in ids),
+            set_event=tuple(self.set_event[i] for i in ids),
+            set_turn=self.set_turn[set_ids],
+            set_episode=self.set_episode[set_ids],
+            set_reward=self.set_reward[set_ids],
+        )
+
+    def select_members(self, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(input_ids, attention_mask, response_mask) of some members, for one policy's forward."""
+        return self.input_ids[rows], self.attention_mask[rows], self.response_mask[rows]
+
+
+def build_flat_batch(episodes: Sequence[Episode], pad_token_id: int) -> FlatBatch:
+    """Flattens episodes -> members in (episode, transition, member) order."""
+    if not episodes:
+        raise ValueError("build_flat_batch needs at least one episode")
+    prompts: list[list[int]] = []
+    responses: list[list[int]] = []
+    masks: list[list[int]] = []
+    sampling: list[list[float] | None] = []
+    member_agent: list[str] = []
+    member_policy: list[str] = []
+    set_index: list[int] = []
+    set_task: list[str] = []
+    set_event: list[str] = []
+    set_turn: list[int] = []
+    set_episode: list[int] = []
+    set_reward: list[float] = []
+    for e, ep in enumerate(episodes):
+        if not ep.transitions:
+            raise ValueError(f"episode {e} (task {ep.task.task_id!r}) has no transition")
+        for aset, ret in zip(ep.transitions, ep.set_returns()):
+            s = len(set_task)
+            for m in aset.members:
+                if m.num_trained_tokens == 0:
+                    raise ValueError(
+                        f"member of agent {m.agent!r} in task {aset.task_id!r}, event "
+                        f"{aset.event!r} has no generated token (empty generation)"
+                    )
+                prompts.append(m.prompt_ids)
+                responses.append(m.response_ids)
+                masks.append(m.loss_mask)
+                sampling.append(m.sampling_logprobs)
+                member_agent.append(m.agent)
+                member_policy.append(m.policy)
+                set_index.append(s)
+            set_task.append(aset.task_id)
+            set_event.append(aset.event)
+            set_turn.append(aset.turn)
+            set_episode.append(e)
+            set_reward.append(ret)
+    m_count = len(prompts)
+    p_len = max(len(p) for p in prompts)
+    t_len = max(len(r) for r in responses)
+    input_ids = torch.full((m_count, p_len + t_len), pad_token_id, dtype=torch.long)
+    attention = torch.zeros((m_count, p_len + t_len), dtype=torch.long)
+    response_mask = torch.zeros((m_count, t_len), dtype=torch.bool)
+    has_sampling = all(s is not None for s in sampling)
+    sampling_lp = torch.zeros((m_count, t_len), dtype=torch.float32) if has_sampling else None
+    for i, (p, r, mk) in enumerate(zip(prompts, responses, masks)):
+        input_ids[i, p_len - len(p) : p_len] = torch.tensor(p, dtype=torch.long)
+        input_ids[i, p_len : p_len + len(r)] = torch.tensor(r, dtype=torch.long)
+        attention[i, p_len - len(p) : p_len + len(r)] = 1
+        response_mask[i, : len(r)] = torch.tensor(mk, dtype=torch.bool)
+        if sampling_lp is not None:
+            sampling_lp[i, : len(r)] = torch.tensor(sampling[i], dtype=torch.float32)
+    return FlatBatch(
+        input_ids=input_ids,
+        attention_mask=attention,
+        response_mask=response_mask,
+        prompt_length=p_len,
+        set_index=torch.tensor(set_index, dtype=torch.long),
+        member_agent=tuple(member_agent),
+        member_policy=tuple(member_policy),
+        set_task=tuple(set_task),
+        set_event=tuple(set_event),
+        set_turn=torch.tensor(set_turn, dtype=torch.long),
+        set_episode=torch.tensor(set_episode, dtype=torch.long),
+        set_reward=torch.tensor(set_reward, dtype=torch.float32),
+        episode_task=tuple(ep.task.task_id for ep in episodes),
+        episode_reward=torch.tensor([ep.reward for ep in episodes], dtype=torch.float32),
+        sampling_logprobs=sampling_lp,
+    )
+
+
+def pack_sets(batch: FlatBatch, max_tokens: int) -> list[list[int]]:
+    """Greedy packing of whole sets into micro-batches of at most `max_tokens` padded tokens.
+
+    A set is never split; a set larger than the budget gets a micro-batch of its own. Cost of a
+    micro-batch = members * (P + T), the padded size the forward pass really computes.
+    """
+    if max_tokens <= 0:
+        raise ValueError(f"max_tokens must be > 0, got {max_tokens}")
+    row_cost = batch.input_ids.shape[1]
+    sizes = batch.set_sizes.tolist()
+    groups: list[list[int]] = []
+    current: list[int] = []
+    used = 0
+    for s, size in enumerate(sizes):
+        cost = size * row_cost
+        if current and used + cost > max_tokens:
+            groups.append(current)
+            current, used = [], 0
+        current.append(s)
+        used += cost
+    if current:
+        groups.append(current)
+    return groups

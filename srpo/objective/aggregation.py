@@ -1,0 +1,84 @@
+"""Loss aggregation as per-token weights fixed for the whole optimizer step.
+
+Every aggregation in srpo is a weighted sum  loss = -sum_u w_u J_u  whose weights depend only on
+counts over the *optimizer step* (number of sets, members, tokens, per-agent members). Computing
+the weights once per step, then slicing them with the rows of each micro-batch, is what makes a
+step split into micro-batches (that keep sets whole) give exactly the gradient of one big batch.
+
+Weights are stored per response token, w_{m,t} ([M, T], zero on padding). The weight of a larger
+unit is the sum over its tokens: a set's weight w_S = sum_{m in S, t} w_{m,t}, a member's
+w_m = sum_t w_{m,t}. The same token weights aggregate the token-level regularizers (KL, entropy),
+so they are averaged the way the method averages its objective.
+
+    name                       w_{m,t}                              unit   used by
+    set_mean                   1 / (N_sets * |S(m)| * L_m)          set    SRPO  (w_S = 1/N_sets)
+    member_mean                1 / (N_members * L_m)                member GSPO  (w_m = 1/N_members)
+    seq_mean_token_mean        1 / (N_members * L_m)                token  GRPO, MAGRPO (per agent)
+    token_mean                 1 / N_tokens                         token  DAPO, AT-GRPO, Dr. MAS
+    token_sum_norm             1 / (N_members * C)                  token  Dr. GRPO (C = max new tokens)
+    agent_seq_mean_token_mean  1 / (N_agent(m) * L_m)               token  MAGRPO: sum over agents of
+                                                                           each agent's own seq-mean
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+AGGREGATIONS: tuple[str, ...] = (
+    "set_mean",
+    "member_mean",
+    "seq_mean_token_mean",
+    "token_mean",
+    "token_sum_norm",
+    "agent_seq_mean_token_mean",
+)
+
+
+def check_aggregation(name: str) -> None:
+    if name not in AGGREGATIONS:
+        raise ValueError(f"unknown loss aggregation {name!r}; choose one of {list(AGGREGATIONS)}")
+
+
+def token_weights(
+    aggregation: str,
+    mask: Tensor,
+    set_index: Tensor,
+    num_sets: int,
+    *,
+    agent_index: Tensor | None = None,
+    norm_constant: float | None = None,
+) -> Tensor:
+    """w_{m,t} for a whole optimizer step.
+
+    mask: [M, T] bool; set_index: [M] long; agent_index: [M] long (agent_seq_mean_token_mean only);
+    norm_constant: C for token_sum_norm (Dr. GRPO divides by a constant, the generation budget,
+    not by the realised lengths). Returns [M, T] float32, zero where mask is False.
+    """
+    check_aggregation(aggregation)
+    fmask = mask.to(torch.float32)  # [M, T]
+    lengths = fmask.sum(dim=-1, keepdim=True)  # [M, 1]
+    num_members = mask.shape[0]
+    if aggregation == "set_mean":
+        set_sizes = torch.bincount(set_index, minlength=num_sets).to(torch.float32)  # [S]
+        per_member = 1.0 / (num_sets * set_sizes[set_index].unsqueeze(-1) * lengths)  # [M, 1]
+        return fmask * per_member
+    if aggregation in ("member_mean", "seq_mean_token_mean"):
+        return fmask / (num_members * lengths)
+    if aggregation == "token_mean":
+        return fmask / fmask.sum()
+    if aggregation == "token_sum_norm":
+        if norm_constant is None or norm_constant <= 0:
+            raise ValueError("token_sum_norm needs a positive norm_constant (e.g. max new tokens)")
+        return fmask / (num_members * float(norm_constant))
+    # agent_seq_mean_token_mean
+    if agent_index is None:
+        raise ValueError("agent_seq_mean_token_mean needs agent_index [M]")
+    agent_counts = torch.bincount(agent_index).to(torch.float32)  # [num_agents]
+    return fmask / (agent_counts[agent_index].unsqueeze(-1) * lengths)
+
+
+def set_weights(token_w: Tensor, set_index: Tensor, num_sets: int) -> Tensor:
+    """w_S = sum of the set's token weights. token_w: [M, T] -> [S]."""
+    out = torch.zeros(num_sets, dtype=token_w.dtype, device=token_w.device)
+    return out.index_add(0, set_index, token_w.sum(dim=-1))

@@ -1,0 +1,147 @@
+"""Diagnostics as pure functions: tensors in, a flat dict of floats out.
+
+Formulas are in docs/metrics.md; key names there match the keys produced here. Everything runs
+under no_grad and never changes the loss. Per-set-size keys use `k{size}`, overall keys `all`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+
+def _moments(x: Tensor) -> tuple[float, float]:
+    """Mean and unbiased std (0 for fewer than 2 values)."""
+    if x.numel() == 0:
+        return 0.0, 0.0
+    mean = float(x.mean())
+    std = float(x.std()) if x.numel() > 1 else 0.0
+    return mean, std
+
+
+@torch.no_grad()
+def ratio_clip_metrics(
+    log_ratio: Tensor,
+    ratio: Tensor,
+    clipped_low: Tensor,
+    clipped_high: Tensor,
+    clamped: Tensor,
+    unit_set_size: Tensor,
+    valid: Tensor | None = None,
+) -> dict[str, float]:
+    """Ratio and clip statistics of the method's own ratio unit, per set size and overall.
+
+    All tensors share one shape: [S] for the set unit, [M] for the sequence unit, [M, T] for the
+    token unit (then `valid` is the response mask). unit_set_size: size of the active set the unit
+    belongs to (broadcastable to that shape).
+
+    ratio/{k}/log_mean, ratio/{k}/log_std: mean and std of the log-ratio (Lambda_S for sets)
+    ratio/{k}/mean: mean of r = exp(clamped log-ratio)
+    clip/{k}/frac, clip/{k}/frac_low, clip/{k}/frac_high: share of units clipped (both, by side)
+    ratio/clamp_count: units whose |log-ratio| exceeded the clamp
+    """
+    sizes = torch.broadcast_to(unit_set_size, log_ratio.shape)
+    if valid is None:
+        valid = torch.ones_like(log_ratio, dtype=torch.bool)
+    lr, r = log_ratio.detach()[valid].float(), ratio[valid].float()
+    lo, hi, sz = clipped_low[valid], clipped_high[valid], sizes[valid]
+    out: dict[str, float] = {"ratio/clamp_count": float(clamped[valid].sum())}
+    groups: list[tuple[str, Tensor]] = [("all", torch.ones_like(sz, dtype=torch.bool))]
+    groups += [(f"k{int(k)}", sz == k) for k in torch.unique(sz).tolist()]
+    for key, sel in groups:
+        n = int(sel.sum())
+        if n == 0:
+            continue
+        log_mean, log_std = _moments(lr[sel])
+        out[f"ratio/{key}/log_mean"] = log_mean
+        out[f"ratio/{key}/log_std"] = log_std
+        out[f"ratio/{key}/mean"] = float(r[sel].mean())
+        n_lo, n_hi = float(lo[sel].sum()), float(hi[sel].sum())
+        out[f"clip/{key}/frac_low"] = n_lo / n
+        out[f"clip/{key}/frac_high"] = n_hi / n
+        out[f"clip/{key}/frac"] = (n_lo + n_hi) / n
+    return out
+
+
+@torch.no_grad()
+def set_metrics(set_sizes: Tensor, set_advantages: Tensor) -> dict[str, float]:
+    """sets/{k}/count and adv/{k}/abs_mean (mean |A_S|) per set size and overall.
+
+    set_sizes: [S] long; set_advantages: [S] (for member-level methods, the mean of the members'
+    advantages of each set).
+    """
+    out: dict[str, float] = {}
+    groups: list[tuple[str, Tensor]] = [("all", torch.ones_like(set_sizes, dtype=torch.bool))]
+    groups += [(f"k{int(k)}", set_sizes == k) for k in torch.unique(set_sizes).tolist()]
+    for key, sel in groups:
+        out[f"sets/{key}/count"] = float(sel.sum())
+        out[f"adv/{key}/abs_mean"] = float(set_advantages[sel].abs().mean()) if bool(sel.any()) else 0.0
+    return out
+
+
+@torch.no_grad()
+def set_log_ratio_metrics(set_log_ratio: Tensor, set_sizes: Tensor, prefix: str = "set_ratio") -> dict[str, float]:
+    """Method-independent view: mean/std of Lambda_S (event reduction `mean`) per set size.
+
+    Lets the stability study compare token-level baselines and SRPO on the same statistic.
+    """
+    out: dict[str, float] = {}
+    groups: list[tuple[str, Tensor]] = [("all", torch.ones_like(set_sizes, dtype=torch.bool))]
+    groups += [(f"k{int(k)}", set_sizes == k) for k in torch.unique(set_sizes).tolist()]
+    for key, sel in groups:
+        mean, std = _moments(set_log_ratio.detach()[sel].float())
+        out[f"{prefix}/{key}/log_mean"] = mean
+        out[f"{prefix}/{key}/log_std"] = std
+    return out
+
+
+def kl_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
+    """Per-token k3 estimate of KL(p || q) from samples of p, with log-ratio d = log q - log p:
+
+        k3 = exp(d) - d - 1   (>= 0, unbiased for KL(p||q))
+
+    For the KL penalty p = pi_theta, q = pi_ref: kl_k3(logprobs, ref_logprobs).
+    For the old->new diagnostic p = pi_old, q = pi_theta: kl_k3(old_logprobs, logprobs).
+    Shapes [M, T] -> [M, T]. The log-ratio is clamped to [-20, 20] so exp stays finite.
+    """
+    d = (ref_logprobs - logprobs).clamp(-20.0, 20.0)
+    return torch.exp(d) - d - 1.0
+
+
+@torch.no_grad()
+def masked_token_mean(values: Tensor, mask: Tensor) -> float:
+    """Mean over response tokens: sum(values * mask) / sum(mask)."""
+    mask = mask.bool()
+    return float(torch.where(mask, values, torch.zeros_like(values)).sum() / mask.sum().clamp(min=1))
+
+
+@torch.no_grad()
+def approx_kl_old_new(old_logprobs: Tensor, logprobs: Tensor, mask: Tensor) -> float:
+    """approx_kl: token-mean of k3 for KL(pi_old || pi_theta)."""
+    return masked_token_mean(kl_k3(old_logprobs.detach(), logprobs.detach()), mask)
+
+
+def reward_metrics(rewards: Sequence[float] | Tensor, prefix: str = "reward") -> dict[str, float]:
+    """reward/mean and reward/std (unbiased) over episodes."""
+    t = torch.as_tensor(rewards, dtype=torch.float64)
+    mean, std = _moments(t)
+    return {f"{prefix}/mean": mean, f"{prefix}/std": std}
+
+
+def response_length_metrics(lengths: Sequence[int] | Tensor, agents: Sequence[str]) -> dict[str, float]:
+    """length/{agent}/mean and /max: response tokens per member, per agent and overall."""
+    t = torch.as_tensor(lengths, dtype=torch.float64)
+    if t.numel() != len(agents):
+        raise ValueError(f"{t.numel()} lengths but {len(agents)} agents")
+    out: dict[str, float] = {}
+    if t.numel() == 0:
+        return out
+    out["length/all/mean"] = float(t.mean())
+    out["length/all/max"] = float(t.max())
+    for agent in sorted(set(agents)):
+        sel = torch.tensor([a == agent for a in agents])
+        out[f"length/{agent}/mean"] = float(t[sel].mean())
+        out[f"length/{agent}/max"] = float(t[sel].max())
+    return out

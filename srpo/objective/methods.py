@@ -1,0 +1,307 @@
+"""SRPO and every baseline as settings of the same parts.
+
+A method is a `MethodSpec`: (ratio unit + reduction, clip, advantage unit + grouping + scale,
+aggregation). The trainer never branches on a method's name: it asks `get_method(name)` for a
+spec and calls the three functions below, which dispatch on the spec's fields through small
+tables (RATIO_UNIT_LOSSES, the advantage unit table, the aggregation weights).
+
+    step_advantages(spec, batch)   -> member advantages [M] (+ group counts)
+    step_token_weights(spec, batch)-> aggregation weights [M, T] for the whole step
+    method_policy_loss(spec, micro_batch, logprobs, ...) -> (loss, metrics)
+
+The table (docs/algorithms.md gives the math and the departures):
+
+    method    ratio/clip unit        clip (low, high)  advantage unit, grouping        aggregation
+    srpo      set (event reduction)  per reduction     set, (task) [or (task, event)]  set_mean
+    grpo      token                  0.2, 0.2          member, (task, agent)           seq_mean_token_mean
+    dapo      token                  0.2, 0.28         member, (task, agent)           token_mean
+    dr_grpo   token                  0.2, 0.2          member, (task, agent), no std   token_sum_norm
+    gspo      sequence               3e-4, 4e-4        member, (task, agent)           member_mean
+    magrpo    token                  0.2, 0.2          episode (joint), (task)         agent_seq_mean_token_mean
+    at_grpo   token                  0.2, 0.2          member, (task, agent, turn)     token_mean
+    dr_mas    token                  0.2, 0.2          member, mean (task, agent),     token_mean
+                                                       std per agent
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from srpo.batch import FlatBatch
+from srpo.objective.advantages import SCALES, group_index_from_keys, relative_advantages
+from srpo.objective.aggregation import check_aggregation, token_weights
+from srpo.objective.diagnostics import kl_k3, set_metrics
+from srpo.objective.losses import RATIO_UNIT_LOSSES, UnitLossInputs, UnitLossSettings, unit_policy_loss
+from srpo.objective.reductions import check_reduction
+from srpo.objective.validation import check_clip
+
+ADVANTAGE_UNITS: tuple[str, ...] = ("set", "member", "episode")
+# Which group-key fields each advantage unit can be grouped by.
+GROUP_KEYS: dict[str, tuple[str, ...]] = {
+    "set": ("task", "event", "turn", "agents"),
+    "member": ("task", "event", "turn", "agent"),
+    "episode": ("task",),
+}
+
+# Clip defaults of the set ratio per event reduction (eps_low, eps_high). `mean` and `pooled`
+# are length-normalized like GSPO's sequence ratio and start from GSPO's published 3e-4/4e-4;
+# `member_sum` grows with |S| and `sum` with the total token count, so they get wider ranges.
+# docs/algorithms.md ("Clip defaults") records how these were chosen and measured.
+SET_CLIP_DEFAULTS: dict[str, tuple[float, float]] = {
+    "mean": (3e-4, 4e-4),
+    "pooled": (3e-4, 4e-4),
+    "member_sum": (1e-3, 1.5e-3),
+    "sum": (0.2, 0.28),
+}
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One policy-optimization method, as a choice of shared parts."""
+
+    name: str
+    description: str
+    ratio_unit: str  # "set" | "sequence" | "token"  (the clip unit is the ratio unit)
+    clip_low: float  # eps_low
+    clip_high: float  # eps_high
+    advantage_unit: str  # "set" | "member" | "episode": what one relative advantage belongs to
+    group_keys: tuple[str, ...]  # fields whose values define a centering group
+    aggregation: str  # see srpo.objective.aggregation
+    reduction: str = "mean"  # event reduction (set ratio unit only)
+    scale: str = "std"  # "std" | "none"
+    scale_keys: tuple[str, ...] | None = None  # scaling groups when they differ from group_keys
+    norm_constant: float | None = None  # C of token_sum_norm (None: the step's padded T)
+    max_log_ratio: float = 20.0  # clamp of the log-ratio before exp
+
+    def __post_init__(self) -> None:
+        if self.ratio_unit not in RATIO_UNIT_LOSSES:
+            raise ValueError(f"{self.name}: unknown ratio unit {self.ratio_unit!r}")
+        if self.advantage_unit not in ADVANTAGE_UNITS:
+            raise ValueError(f"{self.name}: unknown advantage unit {self.advantage_unit!r}")
+        for key in self.group_keys + (self.scale_keys or ()):
+            if key not in GROUP_KEYS[self.advantage_unit]:
+                raise ValueError(
+                    f"{self.name}: advantage unit {self.advantage_unit!r} cannot be grouped by "
+                    f"{key!r}; allowed: {list(GROUP_KEYS[self.advantage_unit])}"
+                )
+        if self.ratio_unit == "set" and self.advantage_unit == "member":
+            raise ValueError(f"{self.name}: the set ratio unit needs set- or episode-level advantages")
+        if self.scale not in SCALES:
+            raise ValueError(f"{self.name}: unknown advantage scale {self.scale!r}")
+        check_reduction(self.reduction)
+        check_aggregation(self.aggregation)
+        check_clip(self.clip_low, self.clip_high)
+
+    def with_overrides(self, **overrides: Any) -> MethodSpec:
+        """A copy with some fields changed (validated). Changing the reduction of a set method
+        without giving clips picks that reduction's clip defaults."""
+        unknown = set(overrides) - set(self.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown method setting(s) {sorted(unknown)}")
+        if "reduction" in overrides and self.ratio_unit == "set":
+            check_reduction(overrides["reduction"])
+            low, high = SET_CLIP_DEFAULTS[overrides["reduction"]]
+            overrides.setdefault("clip_low", low)
+            overrides.setdefault("clip_high", high)
+        return replace(self, **overrides)
+
+
+def _srpo() -> MethodSpec:
+    low, high = SET_CLIP_DEFAULTS["mean"]
+    return MethodSpec(
+        name="srpo",
+        description="Setwise Relative Policy Optimization: one ratio, clip and advantage per active set",
+        ratio_unit="set", reduction="mean", clip_low=low, clip_high=high,
+        advantage_unit="set", group_keys=("task",), aggregation="set_mean",
+    )
+
+
+METHODS: dict[str, MethodSpec] = {
+    spec.name: spec
+    for spec in (
+        _srpo(),
+        MethodSpec(
+            name="grpo", description="GRPO applied to each member independently (token ratio and clip)",
+            ratio_unit="token", clip_low=0.2, clip_high=0.2,
+            advantage_unit="member", group_keys=("task", "agent"), aggregation="seq_mean_token_mean",
+        ),
+        MethodSpec(
+            name="dapo", description="DAPO: asymmetric token clip (0.2/0.28), token-mean over the batch",
+            ratio_unit="token", clip_low=0.2, clip_high=0.28,
+            advantage_unit="member", group_keys=("task", "agent"), aggregation="token_mean",
+        ),
+        MethodSpec(
+            name="dr_grpo", description="Dr. GRPO: no std scaling, token-sum over a constant",
+            ratio_unit="token", clip_low=0.2, clip_high=0.2, scale="none",
+            advantage_unit="member", group_keys=("task", "agent"), aggregation="token_sum_norm",
+        ),
+        MethodSpec(
+            name="gspo", description="GSPO applied to each member independently (sequence ratio and clip)",
+            ratio_unit="sequence", clip_low=3e-4, clip_high=4e-4,
+            advantage_unit="member", group_keys=("task", "agent"), aggregation="member_mean",
+        ),
+        MethodSpec(
+            name="magrpo", description="MAGRPO: joint reward, group-relative over joint rollouts, same value to every agent",
+            ratio_unit="token", clip_low=0.2, clip_high=0.2,
+            advantage_unit="episode", group_keys=("task",), aggregation="agent_seq_mean_token_mean",
+        ),
+        MethodSpec(
+            name="at_grpo", description="AT-GRPO: groups by (task, agent, turn), token-mean",
+            ratio_unit="token", clip_low=0.2, clip_high=0.2,
+            advantage_unit="member", group_keys=("task", "agent", "turn"), aggregation="token_mean",
+        ),
+        MethodSpec(
+            name="dr_mas", description="Dr. MAS: agent-wise advantage scale (group mean, per-agent std)",
+            ratio_unit="token", clip_low=0.2, clip_high=0.2,
+            advantage_unit="member", group_keys=("task", "agent"), scale_keys=("agent",),
+            aggregation="token_mean",
+        ),
+    )
+}
+
+
+def get_method(name: str, **overrides: Any) -> MethodSpec:
+    """The named preset, optionally with fields overridden (e.g. reduction="pooled")."""
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; choose one of {sorted(METHODS)}")
+    spec = METHODS[name]
+    return spec.with_overrides(**overrides) if overrides else spec
+
+
+# ---------------------------------------------------------------- advantages
+
+
+def _unit_rewards_and_keys(spec: MethodSpec, batch: FlatBatch, keys: tuple[str, ...]) -> tuple[Tensor, list]:
+    """Values R_u and group keys of each advantage unit. Returns ([U], [U] key tuples)."""
+    if spec.advantage_unit == "episode":
+        fields = {"task": batch.episode_task}
+        return batch.episode_reward, list(zip(*(fields[k] for k in keys)))
+    if spec.advantage_unit == "set":
+        set_agents = [[] for _ in range(batch.num_sets)]
+        for m, s in enumerate(batch.set_index.tolist()):
+            set_agents[s].append(batch.member_agent[m])
+        fields = {
+            "task": batch.set_task,
+            "event": batch.set_event,
+            "turn": batch.set_turn.tolist(),
+            "agents": [tuple(sorted(a)) for a in set_agents],
+        }
+        return batch.set_reward, list(zip(*(fields[k] for k in keys)))
+    sidx = batch.set_index.tolist()
+    fields = {
+        "task": [batch.set_task[s] for s in sidx],
+        "event": [batch.set_event[s] for s in sidx],
+        "turn": batch.set_turn[batch.set_index].tolist(),
+        "agent": batch.member_agent,
+    }
+    return batch.set_reward[batch.set_index], list(zip(*(fields[k] for k in keys)))
+
+
+class StepAdvantages(NamedTuple):
+    member: Tensor  # [M] advantage of each member's loss term
+    unit: Tensor  # [U] one per advantage unit
+    num_groups: int
+    degenerate_groups: int
+
+
+def step_advantages(spec: MethodSpec, batch: FlatBatch, eps: float = 1e-6) -> StepAdvantages:
+    """Relative advantages of the whole optimizer step, broadcast to members."""
+    rewards, center_keys = _unit_rewards_and_keys(spec, batch, spec.group_keys)
+    scale_index = None
+    if spec.scale_keys is not None:
+        _, scale_keys = _unit_rewards_and_keys(spec, batch, spec.scale_keys)
+        scale_index = group_index_from_keys(scale_keys)
+    res = relative_advantages(
+        rewards, group_index_from_keys(center_keys), scale_index=scale_index, scale=spec.scale, eps=eps
+    )
+    if spec.advantage_unit == "episode":
+        member = res.advantages[batch.set_episode[batch.set_index]]
+    elif spec.advantage_unit == "set":
+        member = res.advantages[batch.set_index]
+    else:
+        member = res.advantages
+    return StepAdvantages(member, res.advantages, res.num_groups, res.degenerate_groups)
+
+
+def step_token_weights(spec: MethodSpec, batch: FlatBatch) -> Tensor:
+    """Aggregation weights [M, T] of the whole step (see srpo.objective.aggregation)."""
+    agent_index = group_index_from_keys(batch.member_agent)
+    constant = spec.norm_constant if spec.norm_constant is not None else float(batch.response_mask.shape[1])
+    return token_weights(
+        spec.aggregation, batch.response_mask, batch.set_index, batch.num_sets,
+        agent_index=agent_index, norm_constant=constant,
+    )
+
+
+def prepare_step(spec: MethodSpec, batch: FlatBatch, old_logprobs: Tensor) -> tuple[FlatBatch, dict[str, float]]:
+    """Fills the step-level fields of the batch (old log-probs, advantages, token weights).
+
+    Returns the filled batch and the advantage metrics of the step.
+    """
+    adv = step_advantages(spec, batch)
+    filled = replace(
+        batch,
+        old_logprobs=old_logprobs.detach(),
+        member_advantages=adv.member,
+        token_weights=step_token_weights(spec, batch),
+    )
+    set_adv = torch.zeros(batch.num_sets).index_add(0, batch.set_index, adv.member) / batch.set_sizes
+    metrics = set_metrics(batch.set_sizes, set_adv)
+    metrics["adv/num_groups"] = float(adv.num_groups)
+    metrics["adv/degenerate_groups"] = float(adv.degenerate_groups)
+    metrics["adv/degenerate_share"] = adv.degenerate_groups / max(adv.num_groups, 1)
+    return filled, metrics
+
+
+# ---------------------------------------------------------------- loss
+
+
+def method_policy_loss(
+    spec: MethodSpec,
+    batch: FlatBatch,
+    logprobs: Tensor,
+    *,
+    entropy: Tensor | None = None,
+    kl_beta: float = 0.0,
+    entropy_alpha: float = 0.0,
+) -> tuple[Tensor, dict[str, float]]:
+    """loss = policy loss + beta * KL(pi_theta || pi_ref) - alpha * entropy, for one micro-batch.
+
+    `batch` must come from `prepare_step` (possibly sliced with select_sets); logprobs: [M, T]
+    log pi_theta of its members; entropy: [M, T] (needed when entropy_alpha > 0). KL and entropy
+    are aggregated with the method's own token weights.
+    """
+    if batch.old_logprobs is None or batch.member_advantages is None or batch.token_weights is None:
+        raise ValueError("method_policy_loss needs a batch filled by prepare_step")
+    x = UnitLossInputs(
+        logprobs=logprobs,
+        old_logprobs=batch.old_logprobs,
+        mask=batch.response_mask,
+        set_index=batch.set_index,
+        num_sets=batch.num_sets,
+        member_advantages=batch.member_advantages,
+        token_weights=batch.token_weights,
+    )
+    cfg = UnitLossSettings(spec.clip_low, spec.clip_high, spec.reduction, spec.max_log_ratio)
+    loss, metrics = unit_policy_loss(spec.ratio_unit, x, cfg)
+    mask, w = batch.response_mask, batch.token_weights
+    zeros = torch.zeros_like(logprobs)
+    if kl_beta > 0:
+        if batch.ref_logprobs is None:
+            raise ValueError("kl_beta > 0 needs ref_logprobs in the batch")
+        kl = torch.where(mask, kl_k3(logprobs, batch.ref_logprobs), zeros)  # [M, T]
+        kl_term = (w * kl).sum()
+        loss = loss + kl_beta * kl_term
+        metrics["kl_ref"] = float(kl_term.detach())
+    if entropy_alpha > 0:
+        if entropy is None:
+            raise ValueError("entropy_alpha > 0 needs the entropy tensor")
+        ent_term = (w * torch.where(mask, entropy, zeros)).sum()
+        loss = loss - entropy_alpha * ent_term
+        metrics["entropy_bonus"] = float(ent_term.detach())
+    metrics["loss"] = float(loss.detach())
+    return loss, metrics
