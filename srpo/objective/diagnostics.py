@@ -21,6 +21,12 @@ def _moments(x: Tensor) -> tuple[float, float]:
     return mean, std
 
 
+def _grouped_sums(group: Tensor, num_groups: int, *values: Tensor) -> list[Tensor]:
+    """Per-group sums of each 1-D value tensor (float64), as one bincount each: O(N), no copies
+    per group, so per-token diagnostics over [M, T] stay cheap next to the loss itself."""
+    return [torch.bincount(group, weights=v.double(), minlength=num_groups) for v in values]
+
+
 @torch.no_grad()
 def ratio_clip_metrics(
     log_ratio: Tensor,
@@ -37,31 +43,39 @@ def ratio_clip_metrics(
     token unit (then `valid` is the response mask). unit_set_size: size of the active set the unit
     belongs to (broadcastable to that shape).
 
-    ratio/{k}/log_mean, ratio/{k}/log_std: mean and std of the log-ratio (Lambda_S for sets)
+    ratio/{k}/log_mean, ratio/{k}/log_std: mean and unbiased std of the log-ratio (Lambda_S for sets)
     ratio/{k}/mean: mean of r = exp(clamped log-ratio)
     clip/{k}/frac, clip/{k}/frac_low, clip/{k}/frac_high: share of units clipped (both, by side)
     ratio/clamp_count: units whose |log-ratio| exceeded the clamp
     """
-    sizes = torch.broadcast_to(unit_set_size, log_ratio.shape)
-    if valid is None:
-        valid = torch.ones_like(log_ratio, dtype=torch.bool)
-    lr, r = log_ratio.detach()[valid].float(), ratio[valid].float()
-    lo, hi, sz = clipped_low[valid], clipped_high[valid], sizes[valid]
-    out: dict[str, float] = {"ratio/clamp_count": float(clamped[valid].sum())}
-    groups: list[tuple[str, Tensor]] = [("all", torch.ones_like(sz, dtype=torch.bool))]
-    groups += [(f"k{int(k)}", sz == k) for k in torch.unique(sz).tolist()]
-    for key, sel in groups:
-        n = int(sel.sum())
-        if n == 0:
+    sizes = torch.broadcast_to(unit_set_size, log_ratio.shape).reshape(-1)
+    w = torch.ones(sizes.shape, dtype=torch.float64) if valid is None else valid.reshape(-1).double()
+    # Set sizes are small integers: use the size itself as the bin (torch.unique's sort would
+    # cost more than the loss on [M, T] token units).
+    k = int(sizes.max()) + 1 if sizes.numel() else 1
+    group = sizes.long()
+    lr = torch.where(w > 0, log_ratio.detach().reshape(-1).double(), 0.0)
+    r = torch.where(w > 0, ratio.reshape(-1).double(), 0.0)
+    n, s1, s2, sr, lo, hi, cl = _grouped_sums(
+        group, k, w, lr, lr * lr, r, clipped_low.reshape(-1) * w, clipped_high.reshape(-1) * w,
+        clamped.reshape(-1) * w,
+    )
+    out: dict[str, float] = {"ratio/clamp_count": float(cl.sum())}
+    present = (n > 0).nonzero().flatten().tolist()
+    keyed = [("all", slice(None))] + [(f"k{size}", slice(size, size + 1)) for size in present]
+    for key, sel in keyed:
+        cnt, t1, t2 = float(n[sel].sum()), float(s1[sel].sum()), float(s2[sel].sum())
+        if cnt == 0:
             continue
-        log_mean, log_std = _moments(lr[sel])
-        out[f"ratio/{key}/log_mean"] = log_mean
-        out[f"ratio/{key}/log_std"] = log_std
-        out[f"ratio/{key}/mean"] = float(r[sel].mean())
+        mean = t1 / cnt
+        var = max(t2 - cnt * mean * mean, 0.0) / (cnt - 1) if cnt > 1 else 0.0
+        out[f"ratio/{key}/log_mean"] = mean
+        out[f"ratio/{key}/log_std"] = var**0.5
+        out[f"ratio/{key}/mean"] = float(sr[sel].sum()) / cnt
         n_lo, n_hi = float(lo[sel].sum()), float(hi[sel].sum())
-        out[f"clip/{key}/frac_low"] = n_lo / n
-        out[f"clip/{key}/frac_high"] = n_hi / n
-        out[f"clip/{key}/frac"] = (n_lo + n_hi) / n
+        out[f"clip/{key}/frac_low"] = n_lo / cnt
+        out[f"clip/{key}/frac_high"] = n_hi / cnt
+        out[f"clip/{key}/frac"] = (n_lo + n_hi) / cnt
     return out
 
 

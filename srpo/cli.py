@@ -1,0 +1,58 @@
+"""The `srpo` command line. Each family of subcommands registers itself on the parser."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from srpo import __version__
+
+
+def _cmd_methods(args: argparse.Namespace) -> int:
+    from srpo.objective.methods import METHODS
+
+    header = f"{'method':<9} {'ratio/clip':<10} {'clip':<13} {'advantage (unit: groups)':<36} aggregation"
+    print(header)
+    print("-" * len(header))
+    for spec in METHODS.values():
+        ratio = spec.ratio_unit + (f"/{spec.reduction}" if spec.ratio_unit == "set" else "")
+        adv = f"{spec.advantage_unit}: {','.join(spec.group_keys)}"
+        if spec.scale_keys:
+            adv += f" (std by {','.join(spec.scale_keys)})"
+        if spec.scale == "none":
+            adv += " (no std)"
+        clip = f"{spec.clip_low:g}/{spec.clip_high:g}"
+        print(f"{spec.name:<9} {ratio:<10} {clip:<13} {adv:<36} {spec.aggregation}")
+    if args.verbose:
+        print()
+        for spec in METHODS.values():
+            print(f"{spec.name}: {spec.description}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="srpo", description="Setwise Relative Policy Optimization for multi-agent LLM systems"
+    )
+    parser.add_argument("--version", action="version", version=f"srpo {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("methods", help="list SRPO and the baselines as settings of the same parts")
+    p.add_argument("-v", "--verbose", action="store_true", help="also print each method's description")
+    p.set_defaults(handler=_cmd_methods)
+    try:  # rollout commands live with the rollout engine
+        from srpo.cli_rollout import add_rollout_commands
+    except ModuleNotFoundError as err:
+        if err.name != "srpo.cli_rollout":
+            raise
+    else:
+        add_rollout_commands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.handler(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
