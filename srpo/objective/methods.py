@@ -34,9 +34,15 @@ from torch import Tensor
 from srpo.batch import FlatBatch
 from srpo.objective.advantages import SCALES, group_index_from_keys, relative_advantages
 from srpo.objective.aggregation import check_aggregation, token_weights
-from srpo.objective.diagnostics import kl_k3, set_metrics
+from srpo.objective.diagnostics import (
+    kl_k3,
+    response_length_metrics,
+    reward_metrics,
+    set_log_ratio_metrics,
+    set_metrics,
+)
 from srpo.objective.losses import RATIO_UNIT_LOSSES, UnitLossInputs, UnitLossSettings, unit_policy_loss
-from srpo.objective.reductions import check_reduction
+from srpo.objective.reductions import check_reduction, set_log_ratio
 from srpo.objective.validation import check_clip
 
 ADVANTAGE_UNITS: tuple[str, ...] = ("set", "member", "episode")
@@ -254,6 +260,8 @@ def prepare_step(spec: MethodSpec, batch: FlatBatch, old_logprobs: Tensor) -> tu
     metrics["adv/num_groups"] = float(adv.num_groups)
     metrics["adv/degenerate_groups"] = float(adv.degenerate_groups)
     metrics["adv/degenerate_share"] = adv.degenerate_groups / max(adv.num_groups, 1)
+    metrics.update(reward_metrics(batch.episode_reward))
+    metrics.update(response_length_metrics(batch.response_lengths, batch.member_agent))
     return filled, metrics
 
 
@@ -289,6 +297,9 @@ def method_policy_loss(
     cfg = UnitLossSettings(spec.clip_low, spec.clip_high, spec.reduction, spec.max_log_ratio)
     loss, metrics = unit_policy_loss(spec.ratio_unit, x, cfg)
     mask, w = batch.response_mask, batch.token_weights
+    with torch.no_grad():  # one statistic every method shares, whatever its ratio unit
+        lam = set_log_ratio(logprobs.detach() - batch.old_logprobs, mask, batch.set_index, batch.num_sets)
+        metrics.update(set_log_ratio_metrics(lam, batch.set_sizes))
     zeros = torch.zeros_like(logprobs)
     if kl_beta > 0:
         if batch.ref_logprobs is None:

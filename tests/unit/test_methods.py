@@ -184,3 +184,23 @@ def test_empty_generation_is_rejected_when_batching():
 def test_nan_reward_is_rejected():
     with pytest.raises(ValueError, match="non-finite reward"):
         Episode(Task("t0", "q"), "w", [ActiveSet((_member("a"),), "x", "t0")], reward=float("nan"))
+
+
+def test_step_and_loss_metrics_values(batch):
+    spec = get_method("grpo")
+    old = torch.zeros(batch.response_mask.shape)
+    filled, m = prepare_step(spec, batch, old)
+    # episode rewards [1, 0]: mean 0.5, unbiased std sqrt(0.5)
+    assert m["reward/mean"] == pytest.approx(0.5) and m["reward/std"] == pytest.approx(math.sqrt(0.5))
+    # solver lengths 2, 3, 2, 3; aggregator 1, 1
+    assert m["length/solver/mean"] == pytest.approx(2.5) and m["length/aggregator/max"] == 1.0
+    assert m["sets/k2/count"] == 2 and m["sets/k1/count"] == 2 and m["sets/all/count"] == 4
+    # every token of member 0 (set 0) moves by +0.3, everything else 0:
+    # Lambda(mean) of set 0 = (1/2)(0.3 + 0) = 0.15, set 2 = 0 -> set_ratio/k2/log_mean = 0.075
+    lp = old.clone()
+    lp[0] += 0.3
+    _, lm = method_policy_loss(spec, filled, lp)
+    assert lm["set_ratio/k2/log_mean"] == pytest.approx(0.075)
+    assert lm["set_ratio/k1/log_mean"] == pytest.approx(0.0)
+    # GRPO's own unit is the token: 2 of 12 response tokens have delta 0.3 -> mean 0.05
+    assert lm["ratio/all/log_mean"] == pytest.approx(0.3 * 2 / 12)
