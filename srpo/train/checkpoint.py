@@ -1,0 +1,628 @@
+"""Checkpoints of a training run: everything needed to continue it exactly.
+
+Layout of a run directory:
+
+    RUN/checkpoints/
+      step-N/
+        policy-<name>.safetensors  weights: a full state dict, or every LoRA adapter of a peft model
+        optim-<name>.pt            {"optimizer": state_dict, "scheduler": state_dict | None}
+        rng.pt                     python `random`, numpy, torch CPU (and CUDA) generator states
+        trainer_state.json         step, data position, config fingerprint, versions, the sha256
+                                   of every other file; written last, so it is the completion marker
+      latest                       "step-N": the newest complete checkpoint
+      .tmp-step-N-<pid>/           a checkpoint being written (debris if its writer died)
+
+Crash safety. A checkpoint is written into a temporary sibling directory, every file and the
+directory are fsynced, `trainer_state.json` goes last, and only then is the directory renamed to
+`step-N` (atomic on one filesystem) and the `latest` pointer replaced (write-temp + os.replace).
+A SIGKILL at any moment therefore leaves the previous complete checkpoint as the latest; debris is
+ignored by readers and removed by the next save. Older checkpoints are retired (renamed aside,
+then deleted) only after the new one and the pointer are in place. One writer per run directory.
+
+Exact resumption. Weights, optimizer and scheduler states and the global RNGs (python, numpy,
+torch CPU and CUDA) are restored in place; the trainer's data position travels as an opaque
+JSON dict. A run of 2 steps, killed, resumed for 2 more then equals a run of 4 steps, provided
+the trainer draws its randomness from those global generators (or keeps any private generator's
+state in `data_state`).
+
+Loading checks everything it can before it touches any object: the config fingerprint, the set
+of policies / adapters / optimizers / schedulers, every file's checksum, tensor names and shapes,
+optimizer parameter-group sizes. Each failure raises a `CheckpointError` naming what is wrong.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, load_model, save_file, save_model
+
+from srpo import __version__
+
+CHECKPOINTS_DIR = "checkpoints"
+STATE_FILE = "trainer_state.json"  # written last: the completion marker
+RNG_FILE = "rng.pt"
+POINTER = "latest"
+FORMAT_VERSION = 1
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # policy / optimizer names become file names
+_ADAPTER_SEP = "::"  # adapter file keys are "<adapter>::<peft key>"; peft keys never hold "::"
+_CHUNK = 1 << 20
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint cannot be used to resume this run."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """A file of the checkpoint is missing, truncated or altered."""
+
+
+class CheckpointMismatchError(CheckpointError):
+    """The checkpoint does not belong to this run (config, policies, optimizers, shapes)."""
+
+
+@dataclass
+class TrainState:
+    """What the trainer hands to `save_checkpoint` / `load_checkpoint`.
+
+    step: number of completed training steps (the checkpoint is `step-{step}`).
+    policies: name -> model. A peft model saves the weights of all its adapters (never the frozen
+        base, which must come back from the config); any other module saves its full state dict.
+        A shared base with one LoRA adapter per role is one entry.
+    optimizers: name -> optimizer (names are free: one per policy, or one per adapter).
+    config_fingerprint: hash of the resolved config (`config_fingerprint`); a checkpoint only
+        loads into a run with the same fingerprint unless `allow_config_change=True`.
+    schedulers: name -> LR scheduler (anything with state_dict / load_state_dict); each name must
+        also name an optimizer, whose file it shares.
+    data_state: JSON-able position of the data pipeline (sampler epoch/offset, ...), returned as is.
+    """
+
+    step: int
+    policies: dict[str, torch.nn.Module]
+    optimizers: dict[str, torch.optim.Optimizer]
+    config_fingerprint: str
+    schedulers: dict[str, Any] = field(default_factory=dict)
+    data_state: dict[str, Any] = field(default_factory=dict)
+
+
+def config_fingerprint(resolved_config: Mapping[str, Any]) -> str:
+    """sha256 of the canonical JSON of a resolved config (sorted keys; values must be JSON-able).
+
+    Leave out fields that may change on resume without changing the run (output paths, the total
+    number of steps when extending a run, logging switches) before hashing.
+    """
+    text = json.dumps(resolved_config, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a rename / new entry in `path` durable (a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - Windows
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_text(path: Path, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _retire(path: Path) -> None:
+    """Delete a directory: renamed aside first, so a kill mid-delete leaves no half-deleted
+    `step-N` behind, only `.trash-*` debris that the next save removes."""
+    trash = path.with_name(f".trash-{path.name}-{os.getpid()}")
+    shutil.rmtree(trash, ignore_errors=True)  # left by an earlier process with our pid
+    os.rename(path, trash)
+    shutil.rmtree(trash)
+
+
+def _step_of(path: Path) -> int:
+    return int(_STEP_DIR.match(path.name).group(1))
+
+
+def _is_complete(path: Path) -> bool:
+    return _STEP_DIR.match(path.name) is not None and (path / STATE_FILE).is_file()
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest (lowest step) first. Debris is not listed."""
+    root = Path(run_dir) / CHECKPOINTS_DIR
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and _is_complete(p)]
+    return sorted(found, key=_step_of)
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The newest complete checkpoint of a run, or None if it has none.
+
+    The `latest` pointer decides; if it is missing or names no complete checkpoint (a run
+    directory copied without it, a hand-deleted checkpoint) the highest complete step does.
+    """
+    root = Path(run_dir) / CHECKPOINTS_DIR
+    try:
+        name = (root / POINTER).read_text().strip()
+    except OSError:
+        name = ""
+    if _STEP_DIR.match(name) and _is_complete(root / name):
+        return root / name
+    complete = list_checkpoints(run_dir)
+    return complete[-1] if complete else None
+
+
+# --------------------------------------------------------------------------- state pieces
+
+
+def _peft_adapters(model: torch.nn.Module) -> list[str] | None:
+    """Adapter names of a peft model, or None for any other module.
+
+    Looks peft up in sys.modules instead of importing it: a PeftModel cannot exist unless peft
+    was imported, and importing it costs seconds that plain-model runs should not pay.
+    """
+    peft = sys.modules.get("peft")
+    if peft is not None and isinstance(model, peft.PeftModel):
+        return sorted(model.peft_config)
+    return None
+
+
+def _adapter_state(model: torch.nn.Module, adapter: str) -> dict[str, torch.Tensor]:
+    from peft import get_peft_model_state_dict
+
+    sd = get_peft_model_state_dict(model, adapter_name=adapter)
+    # Clone: adapter tensors are small, and views or shared storage make safetensors refuse.
+    return {k: v.detach().to("cpu").clone().contiguous() for k, v in sd.items()}
+
+
+def _rng_state() -> dict[str, Any]:
+    """Global generator states as tensors and plain lists (loadable with weights_only=True)."""
+    version, internal, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+    return {
+        "python": [version, list(internal), gauss],
+        "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    cuda = state["cuda"]
+    if cuda and torch.cuda.is_available():
+        if len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(cuda)
+        else:
+            warnings.warn(
+                f"checkpoint holds CUDA RNG states of {len(cuda)} devices but "
+                f"{torch.cuda.device_count()} are visible; CUDA RNG not restored, so the "
+                f"resumed run will not repeat the original exactly",
+                stacklevel=3,
+            )
+
+
+def _validate(state: TrainState) -> None:
+    """Raise before anything is written if the state cannot be saved."""
+    if not isinstance(state.step, int) or state.step < 0:
+        raise ValueError(f"TrainState.step must be a non-negative int, got {state.step!r}")
+    for kind, names in (("policy", state.policies), ("optimizer", state.optimizers)):
+        for name in names:
+            if not _NAME.match(name):
+                raise ValueError(
+                    f"{kind} name {name!r} cannot be used in a file name; use letters, digits, "
+                    f"'_', '.', '-' (not starting with '.', '_' or '-')"
+                )
+    stray = sorted(set(state.schedulers) - set(state.optimizers))
+    if stray:
+        raise ValueError(
+            f"schedulers {stray} have no optimizer of the same name (optimizers: "
+            f"{sorted(state.optimizers)}); key each scheduler by its optimizer's name"
+        )
+    seen: dict[int, str] = {}
+    for name, model in state.policies.items():
+        if id(model) in seen:
+            raise ValueError(
+                f"policies {seen[id(model)]!r} and {name!r} are the same module; pass a shared "
+                f"model once (all adapters of a peft model are saved together)"
+            )
+        seen[id(model)] = name
+    try:
+        json.dumps(state.data_state, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"TrainState.data_state must be JSON-able: {e}") from None
+    if not isinstance(state.config_fingerprint, str):
+        raise ValueError(
+            f"TrainState.config_fingerprint must be a str, got {type(state.config_fingerprint)}"
+        )
+
+
+# --------------------------------------------------------------------------- save
+
+
+def _write_policy(path: Path, model: torch.nn.Module) -> dict[str, Any]:
+    """Write one policy's weights; returns its entry in trainer_state.json."""
+    adapters = _peft_adapters(model)
+    if adapters is None:
+        # save_model drops the aliases of tied tensors (which safetensors refuses) and records
+        # them in the metadata; load_model re-ties them.
+        save_model(model, str(path), metadata={"srpo_kind": "full"})
+        return {"file": path.name, "kind": "full"}
+    tensors = {
+        f"{adapter}{_ADAPTER_SEP}{key}": value
+        for adapter in adapters
+        for key, value in _adapter_state(model, adapter).items()
+    }
+    save_file(tensors, str(path), metadata={"srpo_kind": "lora"})
+    return {"file": path.name, "kind": "lora", "adapters": adapters}
+
+
+def _write_files(tmp: Path, state: TrainState) -> dict[str, Any]:
+    """Every file except the marker; returns the marker's content."""
+    policies = {
+        name: _write_policy(tmp / f"policy-{name}.safetensors", model)
+        for name, model in state.policies.items()
+    }
+    optimizers = {}
+    for name, optimizer in state.optimizers.items():
+        scheduler = state.schedulers.get(name)
+        payload = {
+            "optimizer": optimizer.state_dict(),
+            "scheduler": None if scheduler is None else scheduler.state_dict(),
+        }
+        torch.save(payload, tmp / f"optim-{name}.pt")
+        optimizers[name] = {"file": f"optim-{name}.pt", "scheduler": scheduler is not None}
+    torch.save(_rng_state(), tmp / RNG_FILE)
+    files = {}
+    for path in sorted(tmp.iterdir()):
+        _fsync_file(path)
+        files[path.name] = _sha256(path)
+    return {
+        "format": FORMAT_VERSION,
+        "step": state.step,
+        "data_state": state.data_state,
+        "config_fingerprint": state.config_fingerprint,
+        "srpo_version": __version__,
+        "torch_version": torch.__version__,
+        "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "policies": policies,
+        "optimizers": optimizers,
+        "files": files,
+    }
+
+
+def _publish(tmp: Path, final: Path) -> None:
+    """Rename the finished temp dir into place (an existing step-N of a redone step is retired)."""
+    if final.exists():
+        _retire(final)
+    os.rename(tmp, final)
+    _fsync_dir(final.parent)
+
+
+def _write_pointer(root: Path, name: str) -> None:
+    tmp = root / f".{POINTER}.tmp-{os.getpid()}"
+    _write_text(tmp, name + "\n")
+    os.replace(tmp, root / POINTER)
+    _fsync_dir(root)
+
+
+def _clean_debris(root: Path) -> None:
+    for path in root.iterdir():
+        if path.name.startswith((".tmp-", ".trash-", f".{POINTER}.tmp-")):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+
+
+def save_checkpoint(
+    run_dir: str | Path, state: TrainState, *, keep_last: int | None = 2
+) -> Path:
+    """Write `RUN/checkpoints/step-{state.step}` atomically and point `latest` at it.
+
+    keep_last: how many complete checkpoints to keep (the new one included); None keeps all.
+    Older ones are deleted only after the new one is in place. Checkpoints of a higher step
+    than this one are deleted too: they belong to a timeline this (resumed) run is redoing, as
+    the metrics log lines past the resumed step are (`MetricsLogger.resume`).
+    Returns the checkpoint's path.
+    """
+    if keep_last is not None and keep_last < 1:
+        raise ValueError(f"keep_last must be >= 1 or None, got {keep_last}")
+    _validate(state)
+    root = Path(run_dir) / CHECKPOINTS_DIR
+    root.mkdir(parents=True, exist_ok=True)
+    _clean_debris(root)
+    final = root / f"step-{state.step}"
+    tmp = root / f".tmp-{final.name}-{os.getpid()}"
+    tmp.mkdir()
+    try:
+        marker = _write_files(tmp, state)
+        _write_text(tmp / STATE_FILE, json.dumps(marker, indent=2, allow_nan=False) + "\n")
+        _fsync_dir(tmp)
+        _publish(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _write_pointer(root, final.name)
+
+    older = [p for p in list_checkpoints(run_dir) if p != final]
+    doomed = [p for p in older if _step_of(p) > state.step]
+    if keep_last is not None:
+        kept_before = [p for p in older if _step_of(p) < state.step]
+        doomed += kept_before[: max(0, len(kept_before) - (keep_last - 1))]
+    for path in doomed:
+        _retire(path)
+    return final
+
+
+# --------------------------------------------------------------------------- load
+
+
+def _resolve(path_or_run_dir: str | Path) -> Path:
+    path = Path(path_or_run_dir)
+    if (path / STATE_FILE).is_file():
+        return path
+    if _STEP_DIR.match(path.name) and path.is_dir():
+        raise CorruptCheckpointError(
+            f"{path} has no {STATE_FILE}: it is an incomplete checkpoint (its save was "
+            f"interrupted); load the run directory to get its newest complete checkpoint"
+        )
+    found = latest_checkpoint(path)
+    if found is None:
+        raise FileNotFoundError(
+            f"no complete checkpoint in {path / CHECKPOINTS_DIR} (expected step-N/{STATE_FILE})"
+        )
+    return found
+
+
+def _read_marker(ckpt: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads((ckpt / STATE_FILE).read_text())
+    except (OSError, ValueError) as e:
+        raise CorruptCheckpointError(f"{ckpt / STATE_FILE} cannot be read: {e}") from None
+    if meta.get("format") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{ckpt / STATE_FILE} has format {meta.get('format')!r}; this srpo reads format "
+            f"{FORMAT_VERSION}"
+        )
+    return meta
+
+
+def _check_names(what: str, ckpt: Path, expected: set[str], saved: set[str]) -> None:
+    if expected == saved:
+        return
+    parts = []
+    if expected - saved:
+        parts.append(f"in this run but not in the checkpoint: {sorted(expected - saved)}")
+    if saved - expected:
+        parts.append(f"in the checkpoint but not in this run: {sorted(saved - expected)}")
+    raise CheckpointMismatchError(f"{what} differ from checkpoint {ckpt}: " + "; ".join(parts))
+
+
+def _check_files(ckpt: Path, files: Mapping[str, str]) -> None:
+    for name, digest in files.items():
+        path = ckpt / name
+        if not path.is_file():
+            raise CorruptCheckpointError(f"checkpoint {ckpt} is missing its file {name}")
+        if _sha256(path) != digest:
+            raise CorruptCheckpointError(
+                f"checksum mismatch for {path} ({path.stat().st_size} bytes): the file is "
+                f"truncated or altered since it was saved"
+            )
+
+
+def _check_tensors(path: Path, expected: Mapping[str, torch.Size], aliases: set[str]) -> None:
+    """Tensor names and shapes of a weights file against the module's, from its header only."""
+    with safe_open(str(path), framework="pt") as f:
+        saved = {key: torch.Size(f.get_slice(key).get_shape()) for key in f.keys()}
+    missing = sorted(set(expected) - set(saved) - aliases)
+    unexpected = sorted(set(saved) - set(expected))
+    wrong = sorted(k for k in set(saved) & set(expected) if saved[k] != expected[k])
+    if missing or unexpected or wrong:
+        details = [f"missing {missing[:5]}"] if missing else []
+        details += [f"unexpected {unexpected[:5]}"] if unexpected else []
+        details += [f"{k}: saved {tuple(saved[k])}, model {tuple(expected[k])}" for k in wrong[:5]]
+        raise CheckpointMismatchError(
+            f"{path} does not fit the model: " + "; ".join(details)
+        )
+
+
+def _check_policy(path: Path, model: torch.nn.Module, entry: Mapping[str, Any]) -> None:
+    adapters = _peft_adapters(model)
+    kind = "full" if adapters is None else "lora"
+    if entry["kind"] != kind:
+        raise CheckpointMismatchError(
+            f"{path} holds a {entry['kind']} policy but this run's model is {kind} "
+            f"({type(model).__name__})"
+        )
+    if adapters is None:
+        expected = {k: v.shape for k, v in model.state_dict().items()}
+        with safe_open(str(path), framework="pt") as f:
+            aliases = set((f.metadata() or {}).keys()) - {"srpo_kind"}
+        _check_tensors(path, expected, aliases)
+        return
+    saved = set(entry["adapters"])
+    _check_names(f"LoRA adapters of {path.name}", path.parent, set(adapters), saved)
+    expected = {
+        f"{a}{_ADAPTER_SEP}{k}": v.shape
+        for a in adapters
+        for k, v in _adapter_state(model, a).items()
+    }
+    _check_tensors(path, expected, set())
+
+
+def _load_policy(path: Path, model: torch.nn.Module) -> None:
+    adapters = _peft_adapters(model)
+    if adapters is None:
+        load_model(model, str(path), strict=True)
+        return
+    from peft import set_peft_model_state_dict
+
+    tensors = load_file(str(path))
+    for adapter in adapters:
+        prefix = f"{adapter}{_ADAPTER_SEP}"
+        sd = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+        result = set_peft_model_state_dict(model, sd, adapter_name=adapter)
+        if result.unexpected_keys:
+            raise CheckpointMismatchError(
+                f"{path}: adapter {adapter!r} keys not in the model: {result.unexpected_keys[:5]}"
+            )
+
+
+def _torch_load(path: Path) -> Any:
+    """weights_only first; a scheduler whose state holds other objects needs full unpickling,
+    acceptable here because the file's sha256 matched what this library wrote."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises UnpicklingError or RuntimeError depending on version
+        warnings.warn(f"{path} needs full unpickling ({e.__class__.__name__})", stacklevel=3)
+        return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def _check_optimizer(path: Path, optimizer: torch.optim.Optimizer, saved: Mapping) -> None:
+    have = [len(g["params"]) for g in optimizer.param_groups]
+    want = [len(g["params"]) for g in saved["param_groups"]]
+    if have != want:
+        raise CheckpointMismatchError(
+            f"{path}: saved optimizer has parameter groups of sizes {want}, this run's has {have}"
+        )
+
+
+def load_checkpoint(
+    path_or_run_dir: str | Path, state: TrainState, *, allow_config_change: bool = False
+) -> TrainState:
+    """Restore a checkpoint into `state`'s objects in place and return the resumed state.
+
+    path_or_run_dir: a `step-N` directory, or a run directory (its newest complete checkpoint).
+    Weights, optimizers, schedulers and the global RNGs are restored in place; the returned
+    TrainState carries the checkpoint's step and data_state (and the same objects). All checks
+    run before any object is modified. Raises FileNotFoundError if there is no checkpoint and a
+    CheckpointError subclass naming the problem otherwise.
+    """
+    ckpt = _resolve(path_or_run_dir)
+    meta = _read_marker(ckpt)
+    if meta["config_fingerprint"] != state.config_fingerprint and not allow_config_change:
+        raise CheckpointMismatchError(
+            f"checkpoint {ckpt} was saved by a run with config fingerprint "
+            f"{meta['config_fingerprint']!r}, but this run's config has fingerprint "
+            f"{state.config_fingerprint!r}. Resume with the original config, or pass "
+            f"allow_config_change=True to load it anyway"
+        )
+    _check_names("policies", ckpt, set(state.policies), set(meta["policies"]))
+    _check_names("optimizers", ckpt, set(state.optimizers), set(meta["optimizers"]))
+    with_sched = {n for n, e in meta["optimizers"].items() if e["scheduler"]}
+    _check_names("LR schedulers", ckpt, set(state.schedulers), with_sched)
+    _check_files(ckpt, meta["files"])
+
+    for name, model in state.policies.items():
+        _check_policy(ckpt / meta["policies"][name]["file"], model, meta["policies"][name])
+    optim = {}
+    for name, optimizer in state.optimizers.items():
+        path = ckpt / meta["optimizers"][name]["file"]
+        optim[name] = _torch_load(path)
+        _check_optimizer(path, optimizer, optim[name]["optimizer"])
+    rng = _torch_load(ckpt / RNG_FILE)
+
+    if meta["srpo_version"] != __version__:
+        warnings.warn(
+            f"checkpoint {ckpt} was saved by srpo {meta['srpo_version']}, this is {__version__}",
+            stacklevel=2,
+        )
+    for name, model in state.policies.items():
+        _load_policy(ckpt / meta["policies"][name]["file"], model)
+    for name, optimizer in state.optimizers.items():
+        optimizer.load_state_dict(optim[name]["optimizer"])
+        if name in state.schedulers:
+            state.schedulers[name].load_state_dict(optim[name]["scheduler"])
+    _set_rng_state(rng)
+    return replace(state, step=int(meta["step"]), data_state=meta["data_state"])
+
+
+# --------------------------------------------------------------------------- export
+
+
+def export_policy(
+    model: torch.nn.Module,
+    tokenizer: Any | None,
+    out_dir: str | Path,
+    *,
+    adapter: str | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write a plain Hugging Face folder that `AutoModelForCausalLM.from_pretrained` loads.
+
+    A peft model is merged on a deep copy (`merge_and_unload`), so the training model keeps its
+    adapters; `adapter` picks which one when it has several. The folder is filled in a temp
+    sibling and renamed into place. An existing out_dir is an error unless overwrite=True.
+    """
+    out = Path(out_dir).absolute()
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{out} exists; pass overwrite=True to replace it")
+    adapters = _peft_adapters(model)
+    if adapters is not None:
+        if adapter is None:
+            if len(adapters) > 1:
+                raise ValueError(f"model has adapters {adapters}; choose one with adapter=")
+            adapter = adapters[0]
+        if adapter not in adapters:
+            raise ValueError(f"adapter {adapter!r} not in the model's adapters {adapters}")
+        model = copy.deepcopy(model).merge_and_unload(adapter_names=[adapter])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        model.save_pretrained(tmp)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        for path in tmp.rglob("*"):
+            if path.is_file():
+                _fsync_file(path)
+        _fsync_dir(tmp)
+        if out.exists():
+            _retire(out)
+        os.rename(tmp, out)
+        _fsync_dir(out.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
