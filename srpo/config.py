@@ -1,0 +1,435 @@
+"""Typed, validated run configuration: dataclasses loaded from YAML + `key=value` overrides.
+
+    cfg = load_config("configs/smoke.yaml", ["sampling.temperature=0.7", "group_size=2"])
+    cfg.sampling.temperature        # 0.7
+
+Rules (the loader is generic, so later sections only add dataclasses):
+  * every section is a dataclass; every field has a type and a comment saying what it is;
+  * unknown keys and wrong types raise ConfigError naming the dotted key (and the known keys);
+  * a mapping field (e.g. `agents`) given in YAML replaces its default mapping as a whole;
+  * overrides are applied after the YAML, on the complete config: `a.b.c=value`, the value
+    parsed as YAML (`0.7`, `true`, `[a, b]`, `null`) except for string fields, which take the
+    text verbatim; a new key of a mapping field creates an entry (`agents.critic.policy=shared`);
+  * the config is validated once, at construction, and never mutated while running.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence, Union
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config value is missing, unknown or of the wrong type; the message names its key."""
+
+
+# --------------------------------------------------------------------------- sections
+
+
+@dataclass
+class ModelConfig:
+    """Which model every policy starts from."""
+
+    name: str = "tiny"  # "tiny" (random, built in code) | "smollm2" | path to an HF model folder
+    arch: str = "llama"  # tiny only: "llama" | "qwen2"
+    tokenizer: str = "bytes"  # tiny only: "bytes" (259-token, built in code) | "smollm2"
+    hidden_size: int = 64  # tiny only: hidden width (multiple of 32)
+    num_layers: int = 2  # tiny only: decoder layers
+    init_seed: int = 0  # tiny only: seed of the random initialisation
+    dtype: str = "float32"  # "float32" | "bfloat16" | "float16"
+
+    def __post_init__(self) -> None:
+        _one_of("model.arch", self.arch, ("llama", "qwen2"))
+        _one_of("model.tokenizer", self.tokenizer, ("bytes", "smollm2"))
+        _one_of("model.dtype", self.dtype, ("float32", "bfloat16", "float16"))
+        _positive("model.hidden_size", self.hidden_size)
+        _positive("model.num_layers", self.num_layers)
+
+
+@dataclass
+class LoraSection:
+    """LoRA adapters (policies.kind = "lora": one adapter per policy name)."""
+
+    rank: int = 8  # r
+    alpha: float = 16.0  # lora_alpha (scale = alpha / rank)
+    dropout: float = 0.0  # lora_dropout
+    target_modules: Union[str, list[str]] = "all-linear"  # peft target_modules
+
+    def __post_init__(self) -> None:
+        _positive("policies.lora.rank", self.rank)
+        if not 0 <= self.dropout < 1:
+            raise ConfigError(f"policies.lora.dropout must be in [0, 1), got {self.dropout}")
+
+
+@dataclass
+class PoliciesConfig:
+    """How policies map to models. Agents name one of `names` as their policy."""
+
+    kind: str = "shared"  # "shared" (one model) | "separate" (a model per name) | "lora"
+    names: list[str] = field(default_factory=lambda: ["shared"])  # policy names
+    # separate: the model of each policy name (a name without an entry uses `model`)
+    models: dict[str, ModelConfig] = field(default_factory=dict)
+    lora: LoraSection = field(default_factory=LoraSection)  # lora: adapter settings
+
+    def __post_init__(self) -> None:
+        _one_of("policies.kind", self.kind, ("shared", "separate", "lora"))
+        if not self.names or len(set(self.names)) != len(self.names):
+            raise ConfigError(f"policies.names must be distinct and non-empty, got {self.names}")
+        if self.kind == "shared" and len(self.names) != 1:
+            raise ConfigError(
+                f"policies.kind 'shared' takes exactly one policy name, got {self.names}"
+            )
+        extra = sorted(set(self.models) - set(self.names))
+        if extra:
+            raise ConfigError(
+                f"policies.models has entries {extra} not in policies.names {self.names}"
+            )
+        if self.models and self.kind != "separate":
+            raise ConfigError("policies.models is only used with policies.kind = 'separate'")
+
+
+@dataclass
+class SamplingConfig:
+    """Default sampling of every agent (an agent may override fields in agents.<name>.sampling)."""
+
+    temperature: float = 1.0  # 0 = greedy
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1 = off
+    max_new_tokens: int = 64  # tokens per generation (eos included)
+
+    def __post_init__(self) -> None:
+        _sampling_params(dataclasses.asdict(self), "sampling")
+
+
+@dataclass
+class AgentConfig:
+    """One role."""
+
+    policy: str = "shared"  # one of policies.names
+    system_prompt: str = ""  # its system turn ("" = none; SmolLM2's template then adds its own)
+    template: str = "{input}"  # its user turn; {input} = what the workflow asks
+    sampling: dict[str, Any] = field(default_factory=dict)  # overrides of `sampling` fields
+
+    def __post_init__(self) -> None:
+        try:
+            self.template.format(input="")
+        except (KeyError, IndexError, ValueError) as e:
+            raise ConfigError(
+                f"agent template {self.template!r} may only use the field {{input}} (write {{{{ "
+                f"and }}}} for literal braces): {e!r}"
+            ) from e
+
+
+@dataclass
+class WorkflowConfig:
+    """Which workflow runs (see `srpo workflows`) and its parameters."""
+
+    name: str = "single"  # a registered workflow name
+    params: dict[str, Any] = field(default_factory=dict)  # keyword arguments of its factory
+
+
+@dataclass
+class RewardConfig:
+    """The math outcome reward (srpo.tasks.math.MathReward)."""
+
+    correct_weight: float = 1.0  # weight of the 0/1 correctness component
+    format_weight: float = 0.0  # weight of the 0/1 format component
+    format_rule: str = "any"  # "boxed" | "explicit" | "any"
+    strict: bool = False  # correct only counts when the format is right
+    timeout_s: float | None = 5.0  # limit of one symbolic equivalence check
+
+    def __post_init__(self) -> None:
+        _one_of("task.reward.format_rule", self.format_rule, ("boxed", "explicit", "any"))
+
+
+@dataclass
+class TaskConfig:
+    """Where tasks come from and how answers are scored."""
+
+    name: str = "math"  # task family ("math")
+    source: str = "reasoning_gym"  # "reasoning_gym" | "gsm8k" | "math500"
+    dataset: str = "basic_arithmetic"  # reasoning_gym: the dataset name
+    difficulty: dict[str, Any] = field(default_factory=dict)  # reasoning_gym: its config knobs
+    path: str | None = None  # gsm8k / math500: a local .jsonl or .parquet file
+    train_size: int = 500  # tasks in the train split
+    heldout_size: int = 200  # tasks in the held-out split (disjoint from train)
+    seed: int = 0  # generation seed of the splits
+    reward: RewardConfig = field(default_factory=RewardConfig)  # outcome reward
+
+    def __post_init__(self) -> None:
+        _one_of("task.name", self.name, ("math",))
+        _one_of("task.source", self.source, ("reasoning_gym", "gsm8k", "math500"))
+        if self.source != "reasoning_gym" and not self.path:
+            raise ConfigError(f"task.source {self.source!r} needs task.path (a local file)")
+        _positive("task.train_size", self.train_size, zero_ok=True)
+        _positive("task.heldout_size", self.heldout_size, zero_ok=True)
+
+
+@dataclass
+class RolloutConfig:
+    """Generation engine settings."""
+
+    max_batch_size: int | None = None  # rows per generate call (None = all of a round)
+    record_logprobs: bool = True  # keep sampling-time log-probs (mismatch diagnostic)
+
+    def __post_init__(self) -> None:
+        if self.max_batch_size is not None:
+            _positive("rollout.max_batch_size", self.max_batch_size)
+
+
+def _default_agents() -> dict[str, AgentConfig]:
+    solve = "Solve the math problem. Think briefly, then give the final answer as \\boxed{answer}."
+    prompts = {
+        "solver": solve,
+        "verifier": "You check math solutions for mistakes.",
+        "reviser": "You fix math solutions using a review.",
+        "aggregator": "You compare candidate solutions and pick the right final answer.",
+        "debater": solve,
+        "planner": "You split math problems into short numbered subtasks.",
+        "worker": "You carry out one subtask of a math problem.",
+        "router": "You choose which experts should solve a problem.",
+        "arithmetic_expert": "You are an arithmetic expert. " + solve,
+        "algebra_expert": "You are an algebra expert. " + solve,
+        "checker": "You solve problems carefully and double-check. " + solve,
+    }
+    return {name: AgentConfig(system_prompt=p) for name, p in prompts.items()}
+
+
+@dataclass
+class Config:
+    """A run: model and policies, agents, workflow, tasks, sampling, rollout settings."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)  # base model of every policy
+    policies: PoliciesConfig = field(default_factory=PoliciesConfig)  # policy layout
+    agents: dict[str, AgentConfig] = field(default_factory=_default_agents)  # role -> settings
+    workflow: WorkflowConfig = field(default_factory=WorkflowConfig)  # what the agents run
+    task: TaskConfig = field(default_factory=TaskConfig)  # tasks and reward
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)  # default sampling
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)  # generation engine
+    group_size: int = 4  # G: rollouts per task (one advantage group)
+    seed: int = 0  # seeds sampling (torch) and workflow randomness
+    device: str = "cpu"  # torch device of the models
+
+    def __post_init__(self) -> None:
+        _positive("group_size", self.group_size)
+        if not self.agents:
+            raise ConfigError("agents: at least one agent is needed")
+        for name, agent in self.agents.items():
+            if agent.policy not in self.policies.names:
+                raise ConfigError(
+                    f"agents.{name}.policy: unknown policy {agent.policy!r}; known policies "
+                    f"(policies.names): {self.policies.names}"
+                )
+            defaults = dataclasses.asdict(self.sampling)
+            unknown = sorted(set(agent.sampling) - set(defaults))
+            if unknown:
+                raise ConfigError(
+                    f"agents.{name}.sampling: unknown key(s) {unknown}; known: "
+                    f"{sorted(dataclasses.asdict(self.sampling))}"
+                )
+            _sampling_params({**defaults, **agent.sampling}, f"agents.{name}.sampling")
+
+
+# --------------------------------------------------------------------------- validation helpers
+
+
+def _one_of(key: str, value: Any, allowed: Sequence[Any]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key} must be one of {list(allowed)}, got {value!r}")
+
+
+def _positive(key: str, value: int, *, zero_ok: bool = False) -> None:
+    if value < 0 or (value == 0 and not zero_ok):
+        raise ConfigError(f"{key} must be {'>= 0' if zero_ok else '> 0'}, got {value}")
+
+
+def _sampling_params(values: Mapping[str, Any], key: str) -> Any:
+    from srpo.rollout.agents import SamplingParams
+
+    try:
+        return SamplingParams(**values)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{key}: {e}") from e
+
+
+# --------------------------------------------------------------------------- generic loader
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _convert(tp: Any, value: Any, key: str) -> Any:
+    """`value` checked (and lightly coerced: int -> float, tuple -> list) against type `tp`."""
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        options = typing.get_args(tp)
+        if value is None:
+            if type(None) in options:
+                return None
+            raise ConfigError(f"{key} must not be null")
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _convert(option, value, key)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(
+            f"{key}: {value!r} matches none of {_type_name(tp)} ({'; '.join(errors)})"
+        )
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{key} must be a mapping (section {tp.__name__}), got {value!r}")
+        return from_dict(tp, value, prefix=key + ".")
+    if origin in (list, Sequence) or tp is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key} must be a list, got {type(value).__name__} {value!r}")
+        (item,) = typing.get_args(tp) or (Any,)
+        return [_convert(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin in (dict, Mapping) or tp is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{key} must be a mapping, got {type(value).__name__} {value!r}")
+        k_tp, v_tp = typing.get_args(tp) or (str, Any)
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ConfigError(f"{key}: keys must be strings, got {k!r}")
+            out[k] = _convert(v_tp, v, f"{key}.{k}")
+        return out
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key} must be true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key} must be an integer, got {type(value).__name__} {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key} must be a number, got {type(value).__name__} {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key} must be a string, got {type(value).__name__} {value!r}")
+        return value
+    raise ConfigError(f"{key}: unsupported config type {_type_name(tp)}")  # a bug in a section
+
+
+def from_dict(cls: type, data: Mapping[str, Any], *, prefix: str = "") -> Any:
+    """Build dataclass `cls` from a mapping, recursively; ConfigError names any bad key."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(
+            f"unknown key(s) {[prefix + k for k in unknown]}; known keys"
+            f"{' of ' + prefix.rstrip('.') if prefix else ''}: {sorted(fields)}"
+        )
+    kwargs = {name: _convert(hints[name], data[name], prefix + name) for name in data}
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: {e}") from e
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """The config as plain data (YAML-safe), e.g. to save next to a run."""
+    return dataclasses.asdict(config)
+
+
+def _field_type(cls: Any, path: Sequence[str]) -> Any:
+    """The declared type at a dotted path (Any when it goes below a free-form mapping)."""
+    tp: Any = cls
+    for part in path:
+        if typing.get_origin(tp) in (Union, types.UnionType):
+            non_none = [a for a in typing.get_args(tp) if a is not type(None)]
+            tp = non_none[0] if len(non_none) == 1 else Any
+        if dataclasses.is_dataclass(tp):
+            hints = typing.get_type_hints(tp)
+            if part not in hints:
+                return None  # unknown key: from_dict reports it with the known ones
+            tp = hints[part]
+        elif typing.get_origin(tp) in (dict, Mapping):
+            tp = typing.get_args(tp)[1]
+        else:
+            return Any
+    return tp
+
+
+def parse_override(text: str, cls: Any = None) -> tuple[list[str], Any]:
+    """"a.b=value" -> (["a", "b"], parsed value). String fields take the text verbatim."""
+    if "=" not in text:
+        raise ConfigError(
+            f"override {text!r} must look like key=value (e.g. sampling.temperature=0.7)"
+        )
+    key, raw = text.split("=", 1)
+    path = key.strip().split(".")
+    if not all(path):
+        raise ConfigError(f"override {text!r}: bad key {key!r}")
+    tp = _field_type(cls, path) if cls is not None else Any
+    str_only = tp is str or (
+        typing.get_origin(tp) in (Union, types.UnionType)
+        and set(typing.get_args(tp)) == {str, type(None)}
+        and raw.strip() not in ("null", "~")
+    )
+    if str_only:
+        return path, raw
+    try:
+        return path, yaml.safe_load(raw)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"override {key}: cannot parse value {raw!r}: {e}") from e
+
+
+def apply_overrides(
+    data: dict[str, Any], overrides: Sequence[str], cls: Any = None
+) -> dict[str, Any]:
+    """Set each `a.b.c=value` in a nested dict (in place; intermediate dicts are created)."""
+    for text in overrides:
+        path, value = parse_override(text, cls)
+        node = data
+        for i, part in enumerate(path[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            elif not isinstance(child, dict):
+                raise ConfigError(
+                    f"override {text!r}: {'.'.join(path[: i + 1])} is a value, not a section"
+                )
+            node = child
+        node[path[-1]] = value
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: Sequence[str] = (),
+                cls: type = Config) -> Any:
+    """Config from a YAML file (None = all defaults) plus `key=value` overrides."""
+    data: Any = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {e}") from e
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {str(path)!r} must hold a mapping at top level")
+    base = from_dict(cls, data)
+    if not overrides:
+        return base
+    # Overrides edit the complete config (defaults included), then everything is re-validated.
+    return from_dict(cls, apply_overrides(to_dict(base), overrides, cls))

@@ -1,0 +1,37 @@
+"""Rollouts: agents (roles), policies, generation backends and the runner that drives many
+multi-agent episodes at once, batching generation per policy across episodes and roles.
+
+    from srpo.rollout import AgentSpec, PolicySet, HFGenerateBackend, RolloutRunner
+    policies = PolicySet.shared(model, tokenizer)
+    runner = RolloutRunner([AgentSpec("solver"), AgentSpec("aggregator")],
+                           HFGenerateBackend(policies), MathReward())
+    episodes = runner.run(tasks, build_workflow("parallel", {"k": 3}), group_size=4).episodes
+"""
+
+from srpo.rollout.agents import AgentSpec, SamplingParams
+from srpo.rollout.backends import (
+    BackendStats,
+    Generation,
+    GenerationBackend,
+    GenerationRequest,
+    HFGenerateBackend,
+    ScriptedBackend,
+)
+from srpo.rollout.policies import Policy, PolicySet
+from srpo.rollout.runner import RolloutResult, RolloutRunner, rollout_metrics
+
+__all__ = [
+    "AgentSpec",
+    "BackendStats",
+    "Generation",
+    "GenerationBackend",
+    "GenerationRequest",
+    "HFGenerateBackend",
+    "Policy",
+    "PolicySet",
+    "RolloutResult",
+    "RolloutRunner",
+    "SamplingParams",
+    "ScriptedBackend",
+    "rollout_metrics",
+]

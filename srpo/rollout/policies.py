@@ -1,0 +1,177 @@
+"""Policy sets: which model (or adapter) generates for each policy name.
+
+Three layouts, one record:
+
+    PolicySet.shared(model, tok)                    one model; roles differ only by prompt
+    PolicySet.separate({"solver": (m1, tok), "aggregator": (m2, tok)})   a model per policy
+    PolicySet.lora(base, tok, ["solver", "aggregator"], rank=8)          one base model + one
+                                                    peft LoRA adapter per policy (name = adapter)
+
+Agents name their policy (`AgentSpec.policy`); several agents may share one. A backend asks the
+set for a policy's model and tokenizer and wraps each policy's generate call in `activated(name)`,
+which switches the LoRA adapter and puts the model back as it found it (train/eval mode and the
+parameters' requires_grad flags, which peft's `set_adapter` rewrites).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+KINDS = ("shared", "separate", "lora", "scripted")
+
+
+@dataclass
+class Policy:
+    """One policy: the model that generates for it, its tokenizer, and its adapter (LoRA).
+
+    model: a transformers causal LM or a peft model; None for scripted (model-free) policies.
+    adapter: the peft adapter to activate before generating; None = the model as is.
+    """
+
+    name: str
+    model: Any
+    tokenizer: Any
+    adapter: str | None = None
+
+
+class PolicySet:
+    """Named policies of one run (see module doc). Unknown names raise ValueError."""
+
+    def __init__(self, policies: Sequence[Policy], kind: str):
+        if kind not in KINDS:
+            raise ValueError(f"unknown policy kind {kind!r}; known: {list(KINDS)}")
+        if not policies:
+            raise ValueError("a policy set needs at least one policy")
+        names = [p.name for p in policies]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate policy name(s) {dupes}")
+        for p in policies:
+            if not p.name or not isinstance(p.name, str):
+                raise ValueError(f"policy names must be non-empty strings, got {p.name!r}")
+            if p.tokenizer is None:
+                raise ValueError(f"policy {p.name!r} has no tokenizer")
+        self.kind = kind
+        self._policies = {p.name: p for p in policies}
+
+    # ------------------------------------------------------------------ constructors
+
+    @classmethod
+    def shared(cls, model: Any, tokenizer: Any, name: str = "shared") -> PolicySet:
+        return cls([Policy(name, model, tokenizer)], "shared")
+
+    @classmethod
+    def separate(cls, models: Mapping[str, tuple[Any, Any]]) -> PolicySet:
+        """models: policy name -> (model, tokenizer). Models must be distinct objects."""
+        ids = [id(m) for m, _ in models.values()]
+        if len(set(ids)) != len(ids):
+            raise ValueError(
+                "separate policies must be distinct model objects; use PolicySet.shared for one "
+                "model shared by several roles"
+            )
+        return cls([Policy(n, m, t) for n, (m, t) in models.items()], "separate")
+
+    @classmethod
+    def lora(
+        cls,
+        base_model: Any,
+        tokenizer: Any,
+        names: Sequence[str],
+        *,
+        rank: int = 8,
+        alpha: float = 16.0,
+        dropout: float = 0.0,
+        target_modules: str | Sequence[str] = "all-linear",
+        init_lora_weights: bool = True,
+    ) -> PolicySet:
+        """Wrap `base_model` in a peft model holding one LoRA adapter per name.
+
+        init_lora_weights=True (peft's default) starts every adapter at B = 0, i.e. exactly the
+        base model; False gives random adapters (tests use it to tell adapters apart).
+        """
+        from peft import LoraConfig, get_peft_model  # peft is an optional dependency ([train])
+
+        names = list(names)
+        if not names:
+            raise ValueError("PolicySet.lora needs at least one adapter name")
+        targets = target_modules if isinstance(target_modules, str) else list(target_modules)
+        config = LoraConfig(
+            r=rank,
+            lora_alpha=alpha,
+            lora_dropout=dropout,
+            target_modules=targets,
+            init_lora_weights=init_lora_weights,
+            task_type="CAUSAL_LM",
+        )
+        model = get_peft_model(base_model, config, adapter_name=names[0])
+        for name in names[1:]:
+            model.add_adapter(name, config)
+        return cls([Policy(n, model, tokenizer, adapter=n) for n in names], "lora")
+
+    @classmethod
+    def scripted(cls, tokenizer: Any, names: Sequence[str] = ("shared",)) -> PolicySet:
+        """Model-free policies (for `ScriptedBackend`): only a tokenizer per name."""
+        return cls([Policy(n, None, tokenizer) for n in names], "scripted")
+
+    # ------------------------------------------------------------------ access
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._policies)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._policies
+
+    def __getitem__(self, name: str) -> Policy:
+        try:
+            return self._policies[name]
+        except KeyError:
+            raise ValueError(
+                f"unknown policy {name!r}; known policies: {sorted(self._policies)}"
+            ) from None
+
+    def models(self) -> list[Any]:
+        """The distinct model objects (one for shared and LoRA, one per policy for separate)."""
+        seen: dict[int, Any] = {}
+        for p in self._policies.values():
+            if p.model is not None:
+                seen.setdefault(id(p.model), p.model)
+        return list(seen.values())
+
+    @contextlib.contextmanager
+    def activated(self, name: str) -> Iterator[Policy]:
+        """Make `name` the active policy for the duration (LoRA: switch adapter), in eval mode.
+
+        On exit the model's train/eval mode and every parameter's requires_grad flag are restored,
+        so generating never changes what the trainer optimizes.
+        """
+        policy = self[name]
+        model = policy.model
+        if model is None:
+            yield policy
+            return
+        flags = [(p, p.requires_grad) for p in model.parameters()]
+        was_training = model.training
+        try:
+            if policy.adapter is not None:
+                model.set_adapter(policy.adapter)
+            model.eval()
+            yield policy
+        finally:
+            model.train(was_training)
+            for p, flag in flags:
+                p.requires_grad_(flag)
+
+
+def check_policy_names(agent_policies: Mapping[str, str], policies: PolicySet) -> None:
+    """Raise ValueError naming every agent whose policy is not in `policies`."""
+    bad = {a: p for a, p in agent_policies.items() if p not in policies}
+    if bad:
+        raise ValueError(
+            "agent(s) use unknown policies: "
+            + ", ".join(f"{a!r} -> {p!r}" for a, p in sorted(bad.items()))
+            + f"; known policies: {sorted(policies.names)}"
+        )

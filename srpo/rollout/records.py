@@ -1,0 +1,59 @@
+"""Episodes as JSON lines (what `srpo rollout` writes, one episode a line)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from srpo.types import Episode
+
+
+def episode_to_dict(ep: Episode, *, with_ids: bool = False) -> dict[str, Any]:
+    """{"task_id", "workflow", "reward", "reward_components", "gold", "metadata",
+    "transitions": [{"event", "turn", "size", "return", "members": [{"agent", "policy", "text",
+    "num_tokens", "num_trained_tokens", "stop_reason"}]}]}; members are the active set the
+    transition consumed. with_ids adds prompt_ids / response_ids / loss_mask per member."""
+    transitions = []
+    for aset, ret in zip(ep.transitions, ep.set_returns()):
+        members = []
+        for m in aset.members:
+            rec: dict[str, Any] = {
+                "agent": m.agent,
+                "policy": m.policy,
+                "text": m.text,
+                "num_tokens": len(m.response_ids),
+                "num_trained_tokens": m.num_trained_tokens,
+                "stop_reason": m.stop_reason,
+            }
+            if with_ids:
+                rec.update(prompt_ids=m.prompt_ids, response_ids=m.response_ids,
+                           loss_mask=m.loss_mask)
+            members.append(rec)
+        transitions.append(
+            {"event": aset.event, "turn": aset.turn, "size": aset.size, "return": ret,
+             "members": members}
+        )
+    return {
+        "task_id": ep.task.task_id,
+        "workflow": ep.workflow,
+        "reward": ep.reward,
+        "reward_components": ep.reward_components,
+        "gold": ep.task.answer,
+        "metadata": ep.metadata,
+        "transitions": transitions,
+    }
+
+
+def write_jsonl(episodes: Iterable[Episode], path: str | Path, *, with_ids: bool = False) -> int:
+    """Write one episode a line; returns the number written. Parent folders are created."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with path.open("w", encoding="utf-8") as f:
+        for ep in episodes:
+            f.write(json.dumps(episode_to_dict(ep, with_ids=with_ids), ensure_ascii=False,
+                               default=str) + "\n")
+            n += 1
+    return n

@@ -1,0 +1,357 @@
+"""The rollout runner: drives many episodes' workflows at once, batching generation.
+
+    runner = RolloutRunner(agents, backend, reward_fn, seed=0)
+    result = runner.run(tasks, workflow, group_size=G)   # G rollouts per task
+    result.episodes      # [len(tasks) * G] Episodes, task-major (task 0's G rollouts first)
+
+Lock-step rounds: every episode's `run` generator is advanced until it yields requests; the
+runner gathers all pending requests of the round across episodes and roles, groups them by
+policy, calls the backend ONCE per policy (one batched generate, chunked by the backend only
+if asked) and sends each episode its outputs. An episode that returns leaves the loop; the
+others go on. So a parallel-k workflow over E episodes generates E*k solver answers in one
+batch, then E aggregator answers in the next.
+
+Sampling is random through torch's global RNG (HF generate): seed it (torch.manual_seed) before
+`run` for reproducible rollouts; workflow-level randomness uses ctx.rng, derived from `seed`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from srpo.rollout.agents import AgentSpec, check_agent_names
+from srpo.rollout.backends import STOP_REASONS, Generation, GenerationBackend, GenerationRequest
+from srpo.rollout.policies import check_policy_names
+from srpo.types import Episode, Task
+from srpo.workflows.base import (
+    Continue,
+    EpisodeContext,
+    Output,
+    Request,
+    Workflow,
+    normalize_reward,
+)
+
+RewardFn = Callable[[Task, str], Any]  # -> RewardResult | {component: value} | float
+
+
+@dataclass
+class RolloutResult:
+    episodes: list[Episode]
+    stats: dict[str, float] = field(default_factory=dict)  # rounds, calls, tokens, seconds...
+
+
+@dataclass(eq=False)
+class _Live:
+    """One running episode: its context, generator and the requests of the current round."""
+
+    ctx: EpisodeContext
+    gen: Any
+    requests: list[GenerationRequest] = field(default_factory=list)
+    targets: list[Output] = field(default_factory=list)  # output each request fills/extends
+    single: bool = False  # the workflow yielded one request (reply with one Output)
+    done: bool = False
+    value: Any = None  # what run() returned (the reward components)
+
+
+class RolloutRunner:
+    """Runs workflows on tasks with the given agents, backend and task reward (module doc).
+
+    agents: role name -> AgentSpec (or a list of AgentSpecs).
+    backend: a GenerationBackend; every agent's policy must be one of backend.policies.
+    reward_fn: (task, final answer text) -> RewardResult | mapping | float. Errors propagate
+        as RewardFailure naming task, agent and workflow.
+    seed: seeds each episode's ctx.rng (workflow-level randomness, e.g. mixed's draw).
+    """
+
+    def __init__(
+        self,
+        agents: Mapping[str, AgentSpec] | Sequence[AgentSpec],
+        backend: GenerationBackend,
+        reward_fn: RewardFn,
+        *,
+        seed: int = 0,
+    ):
+        if not isinstance(agents, Mapping):
+            agents = {a.name: a for a in agents}
+        for key, spec in agents.items():
+            if key != spec.name:
+                raise ValueError(f"agent registered as {key!r} is named {spec.name!r}")
+        check_policy_names({a.name: a.policy for a in agents.values()}, backend.policies)
+        self.agents = dict(agents)
+        self.backend = backend
+        self.reward_fn = reward_fn
+        self.seed = seed
+
+    # ------------------------------------------------------------------ tokenization
+
+    def tokenize_chat(self, policy: str, messages: Sequence[Mapping[str, str]]) -> list[int]:
+        """The exact prompt ids: the policy's chat template with the generation prompt."""
+        tok = self.backend.policies[policy].tokenizer
+        text = tok.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+        return list(tok(text, add_special_tokens=False)["input_ids"])
+
+    def tokenize_text(self, policy: str, text: str) -> list[int]:
+        tok = self.backend.policies[policy].tokenizer
+        return list(tok(text, add_special_tokens=False)["input_ids"])
+
+    # ------------------------------------------------------------------ running
+
+    def run(
+        self, tasks: Iterable[Task], workflow: Workflow, *, group_size: int = 1
+    ) -> RolloutResult:
+        """G = group_size rollouts of `workflow` on each task, all advanced together."""
+        if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+            raise ValueError(f"group_size must be an int >= 1, got {group_size!r}")
+        tasks = list(tasks)
+        dupes = sorted(i for i, n in Counter(t.task_id for t in tasks).items() if n > 1)
+        if dupes:
+            raise ValueError(f"duplicate task ids {dupes[:5]}: task ids must be unique per run")
+        check_agent_names(
+            getattr(workflow, "agents", ()), self.agents, where=f"workflow {workflow.name!r}"
+        )
+        start = time.perf_counter()
+        calls0, tokens0 = self.backend.stats.calls, self.backend.stats.generated_tokens
+        lives = []
+        for task in tasks:
+            for g in range(group_size):
+                ctx = EpisodeContext(
+                    task, workflow.name, rollout_index=g, seed=self.seed, runner=self
+                )
+                lives.append(_Live(ctx=ctx, gen=workflow.run(task, ctx)))
+        for live in lives:
+            self._advance(live, None)
+        rounds = 0
+        while True:
+            active = [lv for lv in lives if not lv.done]
+            if not active:
+                break
+            rounds += 1
+            by_policy: dict[str, list[tuple[_Live, int]]] = {}
+            for lv in active:
+                for j, req in enumerate(lv.requests):
+                    by_policy.setdefault(req.policy, []).append((lv, j))
+            for policy, items in by_policy.items():
+                reqs = [lv.requests[j] for lv, j in items]
+                gens = self.backend.generate(policy, reqs)
+                if len(gens) != len(reqs):
+                    raise ValueError(
+                        f"backend returned {len(gens)} generations for {len(reqs)} requests of "
+                        f"policy {policy!r}"
+                    )
+                for (lv, j), gen in zip(items, gens):
+                    self._apply(lv, lv.requests[j], lv.targets[j], gen)
+            for lv in active:
+                reply = lv.targets[0] if lv.single else list(lv.targets)
+                self._advance(lv, reply)
+        seconds = time.perf_counter() - start
+        tokens = self.backend.stats.generated_tokens - tokens0
+        episodes = [self._finish(lv) for lv in lives]
+        stats = {
+            "rounds": float(rounds),
+            "generate_calls": float(self.backend.stats.calls - calls0),
+            "generated_tokens": float(tokens),
+            "seconds": seconds,
+            "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
+        }
+        return RolloutResult(episodes=episodes, stats=stats)
+
+    def _where(self, lv: _Live) -> str:
+        c = lv.ctx
+        return f"workflow {c.workflow_name!r}, task {c.task.task_id!r}, rollout {c.rollout_index}"
+
+    def _advance(self, lv: _Live, reply: Any) -> None:
+        """Send the reply; collect the next requests, or the return value when it finishes."""
+        try:
+            yielded = lv.gen.send(reply)
+        except StopIteration as stop:
+            lv.done = True
+            lv.requests, lv.targets = [], []
+            lv.value = stop.value
+            return
+        except Exception as e:
+            e.add_note(f"(raised while running {self._where(lv)})")
+            raise
+        single = not isinstance(yielded, list)
+        items = [yielded] if single else yielded
+        if not items:
+            raise ValueError(f"{self._where(lv)}: yielded an empty list of requests")
+        lv.single = single
+        lv.requests, lv.targets = [], []
+        for item in items:
+            req, target = self._make_request(lv, item)
+            lv.requests.append(req)
+            lv.targets.append(target)
+        if len({id(t) for t in lv.targets}) != len(lv.targets):
+            raise ValueError(f"{self._where(lv)}: the same output is continued twice in one round")
+
+    def _make_request(self, lv: _Live, item: Any) -> tuple[GenerationRequest, Output]:
+        ctx = lv.ctx
+        if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
+            item = Request(*item)
+        if isinstance(item, Request):
+            check_agent_names([item.agent], self.agents, where=self._where(lv))
+            spec = self.agents[item.agent]
+            messages = tuple(spec.messages(item.content))
+            prompt_ids = self.tokenize_chat(spec.policy, messages)
+            target = Output(agent=spec.name, policy=spec.policy, messages=messages,
+                            prompt_ids=prompt_ids, index=len(ctx.outputs))
+            ctx.outputs.append(target)
+            context_ids = prompt_ids
+        elif isinstance(item, Continue):
+            target = item.output
+            if all(target is not o for o in ctx.outputs):
+                raise ValueError(f"{self._where(lv)}: Continue of an output of another episode")
+            if target.consumed_by is not None:
+                raise ValueError(
+                    f"{self._where(lv)}: cannot continue the output of agent {target.agent!r}; "
+                    f"it was already consumed by {target.consumed_by!r}"
+                )
+            spec = self.agents[target.agent]
+            messages = target.messages
+            context_ids = target.prompt_ids + target.response_ids
+        else:
+            raise TypeError(
+                f"{self._where(lv)}: yielded {type(item).__name__}; yield a Request(agent, "
+                f"content), an (agent, content) tuple, a Continue(output) or a list of them"
+            )
+        req = GenerationRequest(
+            agent=spec.name,
+            policy=spec.policy,
+            messages=messages,
+            prompt_ids=tuple(context_ids),
+            sampling=spec.sampling,
+        )
+        return req, target
+
+    def _apply(self, lv: _Live, req: GenerationRequest, out: Output, gen: Generation) -> None:
+        """Validate one backend generation and write it into its Output."""
+        where = f"{self._where(lv)}, agent {req.agent!r} (policy {req.policy!r})"
+        if not isinstance(gen, Generation):
+            raise TypeError(f"{where}: backend returned {type(gen).__name__}, not a Generation")
+        ids = list(gen.token_ids)
+        if not ids:
+            raise ValueError(
+                f"{where}: the backend returned zero tokens. A response has at least one token; "
+                f"an empty answer is the single eos token"
+            )
+        if gen.stop_reason not in STOP_REASONS:
+            raise ValueError(
+                f"{where}: unknown stop reason {gen.stop_reason!r}; expected {STOP_REASONS}"
+            )
+        tok = self.backend.policies[req.policy].tokenizer
+        if gen.stop_reason == "eos" and ids[-1] != tok.eos_token_id:
+            raise ValueError(f"{where}: stop_reason 'eos' but the last token is not eos")
+        if gen.logprobs is not None:
+            if len(gen.logprobs) != len(ids):
+                raise ValueError(
+                    f"{where}: {len(gen.logprobs)} log-probs for {len(ids)} tokens"
+                )
+            if not all(math.isfinite(x) for x in gen.logprobs):
+                raise ValueError(f"{where}: non-finite sampling log-prob")
+        text = tok.decode(ids, skip_special_tokens=True)
+        first = not out.response_ids
+        out.response_ids.extend(ids)
+        out.loss_mask.extend([1] * len(ids))
+        if gen.logprobs is None or (out.logprobs is None and not first):
+            out.logprobs = None
+        else:
+            if out.logprobs is None:
+                out.logprobs = []
+            out.logprobs.extend(float(x) for x in gen.logprobs)
+        out.text += text
+        out.last_text = text
+        out.stop_reason = gen.stop_reason
+
+    def _finish(self, lv: _Live) -> Episode:
+        ctx = lv.ctx
+        where = self._where(lv)
+        value = lv.value
+        for out in ctx.outputs:
+            if out.consumed_by is None:
+                raise ValueError(
+                    f"{where}: the output #{out.index} of agent {out.agent!r} was never consumed "
+                    f"by a transition; every generated output must be consumed by exactly one "
+                    f"ctx.transition(...)"
+                )
+        if not ctx.transitions:
+            raise ValueError(f"{where}: the episode recorded no transition")
+        if value is None:
+            raise ValueError(
+                f"{where}: run() returned no reward; end it with `return ctx.score(final_output)` "
+                f"(or a dict of reward components)"
+            )
+        components = normalize_reward(value, what=f"the return value of {where}")
+        metadata = {"rollout_index": ctx.rollout_index, **ctx.metadata}
+        return Episode(
+            task=ctx.task,
+            workflow=ctx.workflow_name,
+            transitions=list(ctx.transitions),
+            reward=math.fsum(components.values()),
+            reward_components=components,
+            metadata=metadata,
+        )
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
+    """Flat metrics of a batch of episodes (for logs and the CLI summary).
+
+    reward/mean, reward/std (population), reward/<component>: mean weighted component;
+    sets/size_<k>: number of active sets of size k; sets/count, members/count;
+    event/<key>: sets per event key; workflow/<name>: episodes per workflow;
+    tokens/generated: trained (loss_mask 1) tokens; length/<agent>: mean response length;
+    stop/length: share of members cut by the token budget; members/empty: members whose
+    response is only the eos token; route/invalid: episodes whose router output did not parse.
+    """
+    out: dict[str, float] = {"episodes": float(len(episodes))}
+    if not episodes:
+        return out
+    rewards = [e.reward for e in episodes]
+    mean = math.fsum(rewards) / len(rewards)
+    out["reward/mean"] = mean
+    out["reward/std"] = math.sqrt(math.fsum((r - mean) ** 2 for r in rewards) / len(rewards))
+    comps: Counter = Counter()
+    for e in episodes:
+        comps.update(e.reward_components)
+    for k, v in sorted(comps.items()):
+        out[f"reward/{k}"] = v / len(episodes)
+    sizes: Counter = Counter()
+    events: Counter = Counter()
+    lengths: dict[str, list[int]] = {}
+    members = stopped_by_length = empty = generated = 0
+    for e in episodes:
+        for s in e.transitions:
+            sizes[s.size] += 1
+            events[s.event] += 1
+            for m in s.members:
+                members += 1
+                generated += m.num_trained_tokens
+                lengths.setdefault(m.agent, []).append(len(m.response_ids))
+                stopped_by_length += m.stop_reason == "length"
+                empty += m.num_trained_tokens == 1 and m.stop_reason == "eos"
+    for k in sorted(sizes):
+        out[f"sets/size_{k}"] = float(sizes[k])
+    out["sets/count"] = float(sum(sizes.values()))
+    out["members/count"] = float(members)
+    out["members/empty"] = float(empty)
+    out["stop/length"] = stopped_by_length / members if members else 0.0
+    out["tokens/generated"] = float(generated)
+    for k in sorted(events):
+        out[f"event/{k}"] = float(events[k])
+    for a in sorted(lengths):
+        out[f"length/{a}"] = sum(lengths[a]) / len(lengths[a])
+    for w, n in sorted(Counter(e.workflow for e in episodes).items()):
+        out[f"workflow/{w}"] = float(n)
+    routed = [e for e in episodes if "route_invalid" in e.metadata]
+    if routed:
+        out["route/invalid"] = float(sum(int(e.metadata["route_invalid"]) for e in routed))
+        out["route/invalid_rate"] = out["route/invalid"] / len(routed)
+    return out

@@ -1,0 +1,141 @@
+"""Workflow registry: name -> factory, so configs and the CLI can name workflows.
+
+    build_workflow("parallel", {"k": 4})
+    register_workflow(MyWorkflow)            # a user's class (name, description, **params)
+    build_workflow("my_flows.py:MyWorkflow") # or by import path, without registering
+    list_workflows()                         # [(name, description), ...]
+
+A factory is any callable taking the workflow's params as keyword arguments (the built-ins are
+dataclasses). Unknown names and params raise ValueError naming them and the known ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import inspect
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from srpo.workflows.base import Workflow
+from srpo.workflows.debate import Debate
+from srpo.workflows.mixed import Mixed
+from srpo.workflows.parallel import ParallelAggregate
+from srpo.workflows.pipeline import Pipeline
+from srpo.workflows.planner import PlannerWorkers
+from srpo.workflows.routed import Routed
+from srpo.workflows.single import SingleAgent
+
+Factory = Callable[..., Workflow]
+_REGISTRY: dict[str, tuple[Factory, str]] = {}
+
+
+def register_workflow(factory: Factory, *, name: str | None = None,
+                      description: str | None = None) -> Factory:
+    """Register a workflow factory (usable as a class decorator); returns it unchanged.
+
+    name/description default to the factory's `name` / `description` attributes.
+    """
+    name = name or getattr(factory, "name", None)
+    description = description or getattr(factory, "description", None)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"workflow factory {factory!r} needs a name")
+    if not isinstance(description, str) or not description:
+        raise ValueError(f"workflow {name!r} needs a one-line description")
+    _REGISTRY[name] = (factory, description)
+    return factory
+
+
+def list_workflows() -> list[tuple[str, str]]:
+    """(name, one-line description) of every registered workflow, in registration order."""
+    return [(n, d) for n, (_, d) in _REGISTRY.items()]
+
+
+def _params_of(factory: Factory) -> list[str] | None:
+    """The keyword parameters a factory takes; None when it takes **kwargs (anything)."""
+    if dataclasses.is_dataclass(factory):
+        return [f.name for f in dataclasses.fields(factory) if f.init]
+    params = inspect.signature(factory).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return [p.name for p in params if p.name != "self"]
+
+
+def _import_factory(ref: str) -> Factory:
+    """"package.module:Name" or "path/to/file.py:Name" -> the object named."""
+    module_ref, _, attr = ref.rpartition(":")
+    try:
+        if module_ref.endswith(".py"):
+            path = Path(module_ref)
+            if not path.is_file():
+                raise FileNotFoundError(f"no such file {module_ref!r}")
+            spec = importlib.util.spec_from_file_location(f"srpo_user_workflow_{path.stem}", path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_ref)
+    except (ImportError, FileNotFoundError) as e:
+        raise ValueError(f"workflow {ref!r}: cannot import {module_ref!r}: {e}") from e
+    if not hasattr(module, attr):
+        raise ValueError(f"workflow {ref!r}: {module_ref!r} has no attribute {attr!r}")
+    return getattr(module, attr)
+
+
+def build_workflow(name: str, params: Mapping[str, Any] | None = None) -> Workflow:
+    """The workflow `name` built with `params`; ValueError for unknown names or params.
+
+    name: a registered name ("parallel"), or a user's factory given by import path,
+    "my_package.my_module:MyWorkflow" or "path/to/my_workflow.py:MyWorkflow", so a workflow
+    written in one file runs from a config or the CLI without registering it anywhere.
+    """
+    if name in _REGISTRY:
+        factory, _ = _REGISTRY[name]
+    elif ":" in name:
+        factory = _import_factory(name)
+    else:
+        raise ValueError(f"unknown workflow {name!r}; known workflows: {sorted(_REGISTRY)} "
+                         f"(or give a user workflow as 'module:Class' / 'file.py:Class')")
+    params = dict(params or {})
+    known = _params_of(factory)
+    unknown = sorted(set(params) - set(known)) if known is not None else []
+    if unknown:
+        raise ValueError(
+            f"workflow {name!r} has no parameter(s) {unknown}; its parameters: {known}"
+        )
+    return factory(**params)
+
+
+def _mixed(workflows: list[Mapping[str, Any]] | None = None) -> Mixed:
+    """workflows: [{"name": str, "weight": float, "params": {...}}, ...] (default: a mix of
+    single, parallel and routed with equal weights)."""
+    if workflows is None:
+        workflows = [{"name": "single"}, {"name": "parallel"}, {"name": "routed"}]
+    components = []
+    for i, item in enumerate(workflows):
+        if not isinstance(item, Mapping) or "name" not in item:
+            raise ValueError(
+                f"mixed.workflows[{i}] must be a mapping with 'name' (and optional 'weight', "
+                f"'params'), got {item!r}"
+            )
+        extra = sorted(set(item) - {"name", "weight", "params"})
+        if extra:
+            raise ValueError(
+                f"mixed.workflows[{i}]: unknown key(s) {extra}; use name/weight/params"
+            )
+        if item["name"] == "mixed":
+            raise ValueError("mixed.workflows cannot contain 'mixed' itself")
+        weight = item.get("weight", 1.0)
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+            raise ValueError(f"mixed.workflows[{i}].weight must be a number, got {weight!r}")
+        components.append((float(weight), build_workflow(item["name"], item.get("params"))))
+    return Mixed(components)
+
+
+_mixed.name = "mixed"  # type: ignore[attr-defined]
+_mixed.description = Mixed.description  # type: ignore[attr-defined]
+
+for _factory in (SingleAgent, Pipeline, ParallelAggregate, Debate, PlannerWorkers, _mixed, Routed):
+    register_workflow(_factory)

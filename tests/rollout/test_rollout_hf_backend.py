@@ -1,0 +1,206 @@
+"""The HF generate backend, the three policy layouts and every workflow end to end on a tiny
+random model (outputs are noise; the records must still be right)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from rollout_helpers import make_agents, make_tasks, tiny, tok
+
+from srpo.batch import build_flat_batch
+from srpo.models import build_tiny_model
+from srpo.objective.logprobs import response_logprobs
+from srpo.rollout import (
+    GenerationRequest,
+    HFGenerateBackend,
+    PolicySet,
+    RolloutRunner,
+    SamplingParams,
+)
+from srpo.rollout.backends import finish_tokens
+from srpo.tasks.math import MathReward
+from srpo.workflows import build_workflow, list_workflows
+
+
+def _requests(tok, texts, sampling, policy="shared"):
+    return [
+        GenerationRequest("a", policy, (), tuple(tok(t, add_special_tokens=False)["input_ids"]), sampling)
+        for t in texts
+    ]
+
+
+def _reference_logprobs(model, prompt, response, sampling):
+    """log-softmax of the processed logits (temperature, top-k, top-p), by hand."""
+    ids = torch.tensor([list(prompt) + list(response)])
+    with torch.no_grad():
+        z = model(ids).logits[0, len(prompt) - 1 : -1].float()
+    if sampling.temperature > 0:
+        z = z / sampling.temperature
+    if sampling.top_k:
+        kth = z.topk(sampling.top_k, dim=-1).values[:, -1:]
+        z = z.masked_fill(z < kth, float("-inf"))
+    if sampling.top_p < 1:
+        sorted_z, order = z.sort(dim=-1)  # ascending, as HF's TopPLogitsWarper
+        cum = sorted_z.softmax(-1).cumsum(-1)
+        drop = cum <= 1 - sampling.top_p
+        drop[:, -1] = False
+        z = z.masked_fill(drop.scatter(1, order, drop), float("-inf"))
+    return z.log_softmax(-1).gather(1, torch.tensor(response)[:, None])[:, 0]
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [
+        SamplingParams(temperature=0.7, top_k=20, top_p=0.9, max_new_tokens=10),
+        SamplingParams(temperature=1.0, max_new_tokens=10),
+        SamplingParams(temperature=0.0, max_new_tokens=10),  # greedy: raw logits (tau = 1)
+    ],
+)
+def test_sampling_logprobs_are_those_sampled_from(tiny, sampling):
+    model, tok = tiny
+    backend = HFGenerateBackend(PolicySet.shared(model, tok))
+    reqs = _requests(tok, ["Hello there, agent.", "Hi", "What is 2 + 2?"], sampling)
+    torch.manual_seed(0)
+    gens = backend.generate("shared", reqs)
+    for r, g in zip(reqs, gens):
+        assert 1 <= len(g.token_ids) <= 10 and len(g.logprobs) == len(g.token_ids)
+        assert (g.stop_reason == "eos") == (g.token_ids[-1] == tok.eos_token_id)
+        ref = _reference_logprobs(model, r.prompt_ids, g.token_ids, sampling)
+        torch.testing.assert_close(torch.tensor(g.logprobs), ref, atol=1e-4, rtol=1e-4)
+
+
+def test_greedy_batch_equals_one_by_one_and_chunking(tiny):
+    """Left padding and chunking do not change what is generated."""
+    model, tok = tiny
+    sp = SamplingParams(temperature=0, max_new_tokens=8)
+    reqs = _requests(tok, ["a", "a much longer prompt here", "mid size"], sp)
+    together = HFGenerateBackend(PolicySet.shared(model, tok)).generate("shared", reqs)
+    chunked_backend = HFGenerateBackend(PolicySet.shared(model, tok), max_batch_size=2)
+    chunked = chunked_backend.generate("shared", reqs)
+    alone = [HFGenerateBackend(PolicySet.shared(model, tok)).generate("shared", [r])[0] for r in reqs]
+    assert [g.token_ids for g in together] == [g.token_ids for g in alone] == [g.token_ids for g in chunked]
+    assert chunked_backend.stats.calls == 1 and chunked_backend.stats.batches == 2
+
+
+def test_stop_reasons_and_eos_kept():
+    # eos = 2 is kept as the last response token; no eos -> "length"
+    assert finish_tokens([5, 6, 2, 0, 0], 2, 10) == ([5, 6, 2], "eos")
+    assert finish_tokens([2, 0, 0], 2, 10) == ([2], "eos")  # the empty answer: 1 token
+    assert finish_tokens([5, 6, 7, 8], 2, 3) == ([5, 6, 7], "length")
+
+
+def test_eos_biased_model_gives_one_token_empty_answers(tok):
+    """A model that always says eos first: every response is the 1-token [eos], text ""."""
+    model, tok = build_tiny_model(seed=0)
+
+    def eos_first(module, inputs, logits):  # a huge eos logit everywhere
+        logits = logits.clone()
+        logits[..., tok.eos_token_id] += 1e4
+        return logits
+
+    handle = model.lm_head.register_forward_hook(eos_first)
+    try:
+        runner = RolloutRunner(make_agents(max_new_tokens=5),
+                               HFGenerateBackend(PolicySet.shared(model, tok)), MathReward())
+        eps = runner.run(make_tasks(2), build_workflow("parallel"), group_size=1).episodes
+    finally:
+        handle.remove()
+    for e in eps:
+        for s in e.transitions:
+            for m in s.members:
+                assert m.response_ids == [tok.eos_token_id] and m.text == "" and m.stop_reason == "eos"
+        assert e.reward == 0.0
+
+
+# ----------------------------------------------------------------- policies
+
+
+def test_separate_models_per_role(tok):
+    m1, t1 = build_tiny_model(seed=1)
+    m2, t2 = build_tiny_model(seed=2)
+    policies = PolicySet.separate({"solver_model": (m1, t1), "agg_model": (m2, t2)})
+    agents = make_agents({r: "solver_model" for r in ("solver",)} | {"aggregator": "agg_model"},
+                         max_new_tokens=4, temperature=0)
+    agents = [a for a in agents if a.name in ("solver", "aggregator")]
+    runner = RolloutRunner(agents, HFGenerateBackend(policies), MathReward())
+    (ep,) = runner.run(make_tasks(1), build_workflow("parallel", {"k": 2})).episodes
+    assert [m.policy for m in ep.transitions[0].members] == ["solver_model"] * 2
+    assert ep.transitions[1].members[0].policy == "agg_model"
+    assert runner.backend.stats.calls_by_policy == {"solver_model": 1, "agg_model": 1}
+    # each member's sampling log-probs come from its own model
+    for s, model in ((ep.transitions[0], m1), (ep.transitions[1], m2)):
+        m = s.members[0]
+        ref = _reference_logprobs(model, m.prompt_ids, m.response_ids, SamplingParams(temperature=0))
+        torch.testing.assert_close(torch.tensor(m.sampling_logprobs), ref, atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="distinct model objects"):
+        PolicySet.separate({"a": (m1, t1), "b": (m1, t1)})
+
+
+def test_lora_adapter_per_role_switches_and_restores_flags(tok):
+    pytest.importorskip("peft")
+    base, tok = build_tiny_model(seed=0)
+    policies = PolicySet.lora(base, tok, ["solver", "judge"], rank=4, init_lora_weights=False)
+    model = policies["solver"].model
+    model.train()
+    flags_before = {n: p.requires_grad for n, p in model.named_parameters()}
+    sp = SamplingParams(temperature=0, max_new_tokens=6)
+    backend = HFGenerateBackend(policies)
+    prompt = _requests(tok, ["What is 3 + 4?"], sp, policy="solver")[0]
+    out = {}
+    for name in ("solver", "judge", "solver"):
+        req = GenerationRequest("a", name, (), prompt.prompt_ids, sp)
+        (g,) = backend.generate(name, [req])
+        model.set_adapter(name)  # reference under the same adapter
+        ref = _reference_logprobs(model, req.prompt_ids, g.token_ids, sp)
+        torch.testing.assert_close(torch.tensor(g.logprobs), ref, atol=1e-4, rtol=1e-4)
+        out.setdefault(name, g.logprobs)
+    assert out["solver"] != out["judge"]  # random adapters: different policies
+    # generation leaves the trainer's state alone: train mode and requires_grad flags
+    model.set_adapter("solver")
+    for n, p in model.named_parameters():
+        p.requires_grad_(flags_before[n])
+    backend.generate("judge", [GenerationRequest("a", "judge", (), prompt.prompt_ids, sp)])
+    assert model.training
+    assert {n: p.requires_grad for n, p in model.named_parameters()} == flags_before
+
+
+# ----------------------------------------------------------------- end to end
+
+
+@pytest.mark.parametrize("name", [n for n, _ in list_workflows()])
+def test_every_workflow_end_to_end_on_a_tiny_model(tiny, name):
+    model, tok = tiny
+    runner = RolloutRunner(make_agents(max_new_tokens=6), HFGenerateBackend(PolicySet.shared(model, tok)),
+                           MathReward(), seed=0)
+    torch.manual_seed(0)
+    result = runner.run(make_tasks(2), build_workflow(name), group_size=2)
+    eps = result.episodes
+    assert len(eps) == 4 and result.stats["generated_tokens"] > 0
+    for e in eps:
+        assert e.transitions and all(s.size >= 1 for s in e.transitions)
+        for s in e.transitions:
+            for m in s.members:
+                assert 1 <= len(m.response_ids) <= 6
+                assert m.stop_reason in ("eos", "length")
+                assert len(m.sampling_logprobs) == len(m.response_ids)
+                assert all(lp <= 0 for lp in m.sampling_logprobs)
+        if name == "routed":  # a random model never writes a valid route: fallback + penalty
+            assert e.metadata["route_invalid"] == 1 and e.reward_components["route_penalty"] == -0.5
+    batch = build_flat_batch(eps, pad_token_id=tok.pad_token_id)
+    assert batch.num_sets == sum(len(e.transitions) for e in eps)
+
+
+def test_sampling_logprobs_match_the_training_forward(tiny):
+    """The train/inference mismatch on CPU float32 is ~0: recorded sampling log-probs equal the
+    trainer's recomputation on the flat batch (same temperature, no top-k/top-p)."""
+    model, tok = tiny
+    runner = RolloutRunner(make_agents(max_new_tokens=8, temperature=0.8),
+                           HFGenerateBackend(PolicySet.shared(model, tok)), MathReward())
+    torch.manual_seed(1)
+    eps = runner.run(make_tasks(2), build_workflow("parallel", {"k": 2}), group_size=2).episodes
+    batch = build_flat_batch(eps, pad_token_id=tok.pad_token_id)
+    with torch.no_grad():
+        lp = response_logprobs(model, batch.input_ids, batch.attention_mask, batch.prompt_length,
+                               temperature=0.8).logprobs
+    mask = batch.response_mask
+    torch.testing.assert_close(lp[mask], batch.sampling_logprobs[mask], atol=2e-4, rtol=1e-4)

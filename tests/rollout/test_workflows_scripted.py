@@ -1,0 +1,231 @@
+"""Every built-in workflow with a scripted (deterministic) policy: the recorded active sets match
+the workflow's definition (sizes, agents, event keys), rewards are right, batching is per policy
+per round, and the episodes feed the objective's batch and advantage grouping unchanged."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+from rollout_helpers import default_script, make_tasks, scripted_runner, tok
+
+from srpo.batch import build_flat_batch
+from srpo.objective import get_method, prepare_step
+from srpo.workflows import build_workflow, parse_plan
+
+# MathReward(correct_weight=1.0, format_weight=0.1, format_rule="any") on "\boxed{4}" with gold
+# "4": correct = 1 and format = 1 -> components {"correct": 1.0, "format": 0.1}, total 1.1.
+FULL = {"correct": 1.0, "format": 0.1}
+
+# (workflow, params, expected [(event, agents)] of each episode)
+CASES = [
+    ("single", {}, [("answer", ("solver",))]),
+    ("pipeline", {}, [("solve", ("solver",)), ("verify", ("verifier",)), ("revise", ("reviser",))]),
+    ("parallel", {"k": 3}, [("solve", ("solver",) * 3), ("aggregate", ("aggregator",))]),
+    ("parallel", {"solvers": ["arithmetic_expert", "algebra_expert"]},
+     [("solve", ("arithmetic_expert", "algebra_expert")), ("aggregate", ("aggregator",))]),
+    ("debate", {"debaters": ["debater", "checker", "debater"], "rounds": 3},
+     [(f"round-{r}", ("debater", "checker", "debater")) for r in (1, 2, 3)]),
+    ("planner", {}, [("plan", ("planner",)), ("work", ("worker", "worker"))]),
+    ("planner", {"workers": ["worker"] * 3, "merger": "aggregator"},
+     [("plan", ("planner",)), ("work", ("worker",) * 3), ("merge", ("aggregator",))]),
+    ("routed", {}, [("route", ("router",)), ("experts", ("algebra_expert", "checker"))]),
+    ("routed", {"aggregator": "aggregator"},
+     [("route", ("router",)), ("experts", ("algebra_expert", "checker")),
+      ("aggregate", ("aggregator",))]),
+]
+
+
+@pytest.mark.parametrize("name,params,expected", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_active_sets_match_the_workflow(tok, name, params, expected):
+    runner, backend = scripted_runner(tok)
+    tasks = make_tasks(3)
+    result = runner.run(tasks, build_workflow(name, params), group_size=2)
+    eps = result.episodes
+    assert len(eps) == 6
+    # task-major order, G rollouts each, rollout index recorded
+    assert [e.task.task_id for e in eps] == ["t0", "t0", "t1", "t1", "t2", "t2"]
+    assert [e.metadata["rollout_index"] for e in eps] == [0, 1, 0, 1, 0, 1]
+    for e in eps:
+        assert e.workflow == name
+        assert [(s.event, s.agents) for s in e.transitions] == expected
+        assert [s.turn for s in e.transitions] == list(range(len(expected)))
+        assert all(s.task_id == e.task.task_id for s in e.transitions)
+        comps = dict(FULL, route_penalty=0.0) if name == "routed" else FULL
+        assert e.reward_components == pytest.approx(comps)
+        assert e.reward == pytest.approx(sum(comps.values()))
+        for s in e.transitions:
+            for m in s.members:
+                assert m.response_ids[-1] == tok.eos_token_id and m.stop_reason == "eos"
+                assert m.loss_mask == [1] * len(m.response_ids)
+                # prompt = the agent's chat: its system prompt, then the user turn
+                prompt = tok.decode(m.prompt_ids)
+                assert prompt.startswith(f"<|im_start|>system\nYou are the {m.agent}.<|im_end|>")
+                assert prompt.endswith("<|im_start|>assistant\n")
+    # one backend call per round (all episodes and roles share the one policy)
+    assert result.stats["generate_calls"] == result.stats["rounds"] == _rounds(name, params)
+
+
+def _rounds(name, params):
+    return {"single": 1, "pipeline": 3, "parallel": 2, "debate": params.get("rounds", 2),
+            "planner": 2 + bool(params.get("merger")), "routed": 2 + bool(params.get("aggregator"))}[name]
+
+
+@pytest.mark.parametrize("name,params,expected", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_one_batched_call_per_policy_per_round(tok, name, params, expected):
+    runner, backend = scripted_runner(tok)
+    runner.run(make_tasks(3), build_workflow(name, params), group_size=2)
+    assert len(backend.calls) == _rounds(name, params)
+    for (policy, agents), (event, set_agents) in zip(backend.calls, expected):
+        assert policy == "shared"
+        assert Counter(agents) == Counter({a: 6 * n for a, n in Counter(set_agents).items()})
+
+
+def test_separate_policies_get_one_call_each_per_round(tok):
+    policy_of = {"router": "router_policy", "algebra_expert": "math", "checker": "check"}
+    runner, backend = scripted_runner(
+        tok, policies=("shared", "router_policy", "math", "check"), policy_of=policy_of
+    )
+    eps = runner.run(make_tasks(2), build_workflow("routed"), group_size=3).episodes
+    assert backend.calls == [
+        ("router_policy", ["router"] * 6),
+        ("math", ["algebra_expert"] * 6),
+        ("check", ["checker"] * 6),
+    ]
+    members = eps[0].transitions[1].members
+    assert [(m.agent, m.policy) for m in members] == [("algebra_expert", "math"), ("checker", "check")]
+
+
+def test_rewards_follow_the_final_answer(tok):
+    # parallel: solvers answer 3, 4, 5; the aggregator's answer alone is scored.
+    def script(req):
+        if req.agent == "aggregator":
+            return "\\boxed{5}" if "1 + 4" in req.messages[-1]["content"] else "\\boxed{4}"
+        return "\\boxed{3}"
+
+    runner, _ = scripted_runner(tok, script)
+    eps = runner.run(make_tasks(2), build_workflow("parallel"), group_size=1).episodes
+    assert [e.reward for e in eps] == pytest.approx([1.1, 0.1])  # t1's aggregator says 5: wrong
+    assert [e.metadata["extracted_answer"] for e in eps] == ["4", "5"]
+    assert eps[0].metadata["answer_agent"] == "aggregator"
+
+
+def test_debate_scores_the_majority_of_the_last_round(tok):
+    # last round: debaters say 7, 4, 4 -> majority 4 (correct); first round all wrong.
+    def script(req):
+        content = req.messages[-1]["content"]
+        if "previous answer" not in content:
+            return "\\boxed{9}"
+        return "\\boxed{7}" if req.messages[0]["content"] == "You are the checker." else "\\boxed{4}"
+
+    runner, _ = scripted_runner(tok, script)
+    wf = build_workflow("debate", {"debaters": ["checker", "debater", "debater"], "rounds": 2})
+    (ep,) = runner.run(make_tasks(1), wf).episodes
+    assert ep.reward == pytest.approx(1.1)
+    assert ep.metadata["votes"] == 2
+    texts = [[m.text for m in s.members] for s in ep.transitions]
+    assert texts == [["\\boxed{9}"] * 3, ["\\boxed{7}", "\\boxed{4}", "\\boxed{4}"]]
+
+
+def test_debate_round_prompts_show_the_other_agents(tok):
+    seen = []
+
+    def script(req):
+        seen.append(req.messages[-1]["content"])
+        return f"\\boxed{{{len(seen)}}}"
+
+    runner, _ = scripted_runner(tok, script)
+    runner.run(make_tasks(1), build_workflow("debate", {"debaters": ["debater"] * 2, "rounds": 2}))
+    # round 2, debater 1 sees its own answer (1) and the other's (2), and vice versa
+    assert "Your previous answer:\n\\boxed{1}" in seen[2] and "Agent 2:\n\\boxed{2}" in seen[2]
+    assert "Your previous answer:\n\\boxed{2}" in seen[3] and "Agent 1:\n\\boxed{1}" in seen[3]
+
+
+def test_planner_gives_each_worker_its_subtask_and_falls_back(tok):
+    prompts = []
+
+    def script(req):
+        if req.agent == "planner":
+            return "1. add\n2. check" if "0 + 4" in req.messages[-1]["content"] else "no plan"
+        prompts.append(req.messages[-1]["content"])
+        return "\\boxed{4}"
+
+    runner, _ = scripted_runner(tok, script)
+    eps = runner.run(make_tasks(2), build_workflow("planner")).episodes
+    assert "Your subtask: add" in prompts[0] and "Your subtask: check" in prompts[1]
+    assert "Your subtask: solve the whole problem" in prompts[2]
+    assert [e.metadata["plan_fallback"] for e in eps] == [0, 1]
+    assert eps[0].metadata["answer_agent"] == "worker+worker (merged)"
+    assert parse_plan("Plan:\n1) a\nStep 2: b\n3. c\nfoo") == ["a", "b", "c"]
+
+
+def test_routed_set_sizes_follow_the_router(tok):
+    # the router picks 1, 2 or 3 experts depending on the task
+    choice = {"0": "checker", "1": "algebra_expert, checker",
+              "2": "arithmetic_expert, algebra_expert, checker"}
+
+    def script(req):
+        if req.agent == "router":
+            return choice[req.messages[-1]["content"].split("What is ")[1][0]]
+        return "\\boxed{4}"
+
+    runner, _ = scripted_runner(tok, script)
+    eps = runner.run(make_tasks(3), build_workflow("routed"), group_size=2).episodes
+    sizes = [e.transitions[1].size for e in eps]
+    assert sizes == [1, 1, 2, 2, 3, 3]
+    assert [e.metadata["route"] for e in eps[::2]] == [
+        ["checker"], ["algebra_expert", "checker"], ["arithmetic_expert", "algebra_expert", "checker"]
+    ]
+    assert all(e.metadata["route_invalid"] == 0 for e in eps)
+    batch = build_flat_batch(eps, pad_token_id=tok.pad_token_id)
+    assert sorted(set(batch.set_sizes.tolist())) == [1, 2, 3]
+
+
+def test_mixed_draws_per_task_and_mixes_set_sizes(tok):
+    wf = build_workflow("mixed", {"workflows": [
+        {"name": "single", "weight": 1.0},
+        {"name": "parallel", "weight": 2.0, "params": {"k": 4}},
+        {"name": "debate", "weight": 1.0, "params": {"debaters": ["debater"] * 2}},
+    ]})
+    runner, _ = scripted_runner(tok)
+    eps = runner.run(make_tasks(24), wf, group_size=2).episodes
+    by_task: dict[str, set[str]] = {}
+    for e in eps:
+        by_task.setdefault(e.task.task_id, set()).add(e.workflow)
+        assert e.metadata["mixed_from"] == "mixed"
+    assert all(len(v) == 1 for v in by_task.values())  # G rollouts of a task: one workflow
+    counts = Counter(next(iter(v)) for v in by_task.values())
+    assert set(counts) == {"single", "parallel", "debate"}
+    sizes = Counter(s.size for e in eps for s in e.transitions)
+    assert set(sizes) == {1, 2, 4}
+    # the draw depends only on (seed, task): the same run again gives the same workflows
+    again = scripted_runner(tok)[0].run(make_tasks(24), wf, group_size=2).episodes
+    assert [e.workflow for e in again] == [e.workflow for e in eps]
+    other_seed = scripted_runner(tok, seed=1)[0].run(make_tasks(24), wf, group_size=2).episodes
+    assert [e.workflow for e in other_seed] != [e.workflow for e in eps]
+
+
+def test_episodes_feed_the_objective_unchanged(tok):
+    """Mixed set sizes -> FlatBatch -> SRPO's per-set advantages grouped by task (and event)."""
+    calls = Counter()
+
+    def script(req):  # alternate right and wrong aggregators, so groups are not degenerate
+        calls[req.agent] += 1
+        if req.agent == "aggregator":
+            return "\\boxed{4}" if calls[req.agent] % 2 else "\\boxed{5}"
+        return default_script(req)
+
+    runner, _ = scripted_runner(tok, script, logprob=-0.5)
+    eps = runner.run(make_tasks(2), build_workflow("parallel", {"k": 3}), group_size=4).episodes
+    batch = build_flat_batch(eps, pad_token_id=tok.pad_token_id)
+    assert batch.num_sets == 2 * 4 * 2
+    assert batch.set_sizes.tolist() == [3, 1] * 8
+    assert batch.set_event[:2] == ("solve", "aggregate")
+    assert batch.sampling_logprobs is not None
+    assert torch.all(batch.sampling_logprobs[batch.response_mask] == -0.5)
+    spec = get_method("srpo", group_keys=("task", "event"))
+    prepared, metrics = prepare_step(spec, batch, old_logprobs=batch.sampling_logprobs)
+    # rewards alternate 1.1 / 0.1 inside every group of 4 -> advantages +-0.866 (std-scaled)
+    adv = prepared.member_advantages
+    assert adv is not None and torch.all(adv.abs() > 0.5)
