@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
             raise
     else:
         add_rollout_commands(sub)
+    from srpo.cli_train import add_train_commands
+
+    add_train_commands(sub)
     return parser
 
 

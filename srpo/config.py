@@ -183,6 +183,77 @@ class RolloutConfig:
             _positive("rollout.max_batch_size", self.max_batch_size)
 
 
+@dataclass
+class TrainConfig:
+    """The optimization: method, batch shape, optimizer, regularizers."""
+
+    method: str = "srpo"  # srpo | grpo | dapo | dr_grpo | gspo | magrpo | at_grpo | dr_mas (`srpo methods`)
+    method_settings: dict[str, Any] = field(default_factory=dict)  # MethodSpec overrides, e.g. {reduction: pooled}
+    steps: int = 2  # optimizer phases (rollout + update rounds) of the run
+    tasks_per_step: int = 4  # distinct train tasks per step; each is rolled out group_size times
+    epochs: int = 1  # K passes over each rollout batch
+    minibatches: int = 1  # optimizer steps per epoch; each holds whole sets
+    micro_batch_tokens: int = 16384  # padded tokens per forward/backward (memory knob; exact)
+    lr: float = 1e-5  # AdamW learning rate of every policy
+    policy_lr: dict[str, float] = field(default_factory=dict)  # per-policy learning rates
+    weight_decay: float = 0.0  # AdamW weight decay
+    adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW betas
+    warmup_steps: int = 0  # linear learning-rate warm-up (optimizer steps)
+    grad_clip: float = 1.0  # max global gradient norm per policy (0 = off)
+    kl_beta: float = 0.0  # beta of the k3 KL penalty to the initial policy (0 = no reference model)
+    entropy_alpha: float = 0.0  # alpha of the entropy bonus
+    logprob_chunk_size: int = 1024  # tokens per lm_head chunk in log-prob computation
+    threads: int | None = None  # torch CPU threads (None = torch's default)
+
+    def __post_init__(self) -> None:
+        from srpo.objective.methods import get_method
+
+        try:
+            get_method(self.method, **self.method_settings)
+        except ValueError as e:
+            raise ConfigError(f"train.method / train.method_settings: {e}") from e
+        for key in ("steps", "tasks_per_step", "epochs", "minibatches", "micro_batch_tokens",
+                    "logprob_chunk_size"):
+            _positive(f"train.{key}", getattr(self, key))
+        if not self.lr > 0:
+            raise ConfigError(f"train.lr must be > 0, got {self.lr}")
+        if len(self.adam_betas) != 2 or not all(0 <= b < 1 for b in self.adam_betas):
+            raise ConfigError(f"train.adam_betas must be two numbers in [0, 1), got {self.adam_betas}")
+        for key in ("weight_decay", "grad_clip", "kl_beta", "entropy_alpha", "warmup_steps"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"train.{key} must be >= 0, got {getattr(self, key)}")
+
+
+@dataclass
+class EvalConfig:
+    """Held-out evaluation: greedy, one rollout per held-out task."""
+
+    before: bool = True  # evaluate before training
+    after: bool = True  # evaluate after training
+    every: int = 0  # also every N steps (0 = never in between)
+    size: int | None = None  # held-out tasks used (None = task.heldout_size, 0 = no evaluation)
+
+    def __post_init__(self) -> None:
+        _positive("eval.every", self.every, zero_ok=True)
+        if self.size is not None:
+            _positive("eval.size", self.size, zero_ok=True)
+
+
+@dataclass
+class CheckpointConfig:
+    """What a run writes besides metrics.jsonl."""
+
+    every: int = 0  # checkpoint every N steps (0 = only at the end)
+    keep_last: int = 2  # complete checkpoints kept
+    export: bool = True  # export each trained policy as a Hugging Face folder at the end
+    plots: bool = True  # write plots/*.png at the end
+    tensorboard: bool = True  # also log to RUN/tensorboard
+
+    def __post_init__(self) -> None:
+        _positive("checkpoint.every", self.every, zero_ok=True)
+        _positive("checkpoint.keep_last", self.keep_last)
+
+
 def _default_agents() -> dict[str, AgentConfig]:
     solve = "Solve the math problem. Think briefly, then give the final answer as \\boxed{answer}."
     prompts = {
@@ -215,9 +286,21 @@ class Config:
     group_size: int = 4  # G: rollouts per task (one advantage group)
     seed: int = 0  # seeds sampling (torch) and workflow randomness
     device: str = "cpu"  # torch device of the models
+    train: TrainConfig = field(default_factory=TrainConfig)  # optimization (srpo train)
+    eval: EvalConfig = field(default_factory=EvalConfig)  # held-out evaluation
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)  # run outputs
+    output_dir: str = "runs/default"  # run directory (config.yaml, metrics.jsonl, checkpoints/, plots/)
+    resume: bool = False  # continue the latest complete checkpoint in output_dir
 
     def __post_init__(self) -> None:
         _positive("group_size", self.group_size)
+        if self.train.tasks_per_step > self.task.train_size:
+            raise ConfigError(
+                f"train.tasks_per_step ({self.train.tasks_per_step}) exceeds task.train_size "
+                f"({self.task.train_size})"
+            )
+        if self.eval.size is not None and self.eval.size > self.task.heldout_size:
+            raise ConfigError(f"eval.size ({self.eval.size}) exceeds task.heldout_size ({self.task.heldout_size})")
         if not self.agents:
             raise ConfigError("agents: at least one agent is needed")
         for name, agent in self.agents.items():

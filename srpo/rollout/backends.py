@@ -19,6 +19,8 @@ text from a function, for tests). A vLLM backend only has to implement the same 
 
 from __future__ import annotations
 
+import dataclasses
+
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -190,6 +192,14 @@ class HFGenerateBackend:
         start = time.perf_counter()
         with self.policies.activated(policy) as pol:
             for sampling, rows in by_sampling.items():
+                duplicates: dict[int, int] = {}  # row -> the identical row generated for it
+                if sampling.greedy:
+                    # Greedy decoding is deterministic: identical prompts (e.g. n debaters with
+                    # one role at evaluation) are generated once and the result shared.
+                    first: dict[tuple[int, ...], int] = {}
+                    for i in rows:
+                        duplicates[i] = first.setdefault(tuple(requests[i].prompt_ids), i)
+                    rows = [i for i in rows if duplicates[i] == i]
                 size = self.max_batch_size or len(rows)
                 if size < len(rows):  # chunked: similar lengths together, less padding
                     rows = sorted(rows, key=lambda i: len(requests[i].prompt_ids))
@@ -201,6 +211,9 @@ class HFGenerateBackend:
                     for i, g in zip(chunk, gens):
                         out[i] = g
                     self.stats.batches += 1
+                for i, j in duplicates.items():
+                    if i != j:
+                        out[i] = dataclasses.replace(out[j], token_ids=list(out[j].token_ids))
         self.stats.seconds += time.perf_counter() - start
         self.stats.generated_tokens += sum(len(g.token_ids) for g in out if g is not None)
         return out  # type: ignore[return-value]

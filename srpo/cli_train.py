@@ -1,0 +1,120 @@
+"""`srpo train`, `srpo eval` and `srpo plot`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_CONFIG = Path(__file__).parent / "presets" / "default.yaml"
+
+
+def _resolve_config(path: str | None) -> Path:
+    """No CONFIG: the built-in default job. A run directory: its saved config.yaml."""
+    if path is None:
+        return DEFAULT_CONFIG
+    p = Path(path)
+    if p.is_dir():
+        if not (p / "config.yaml").is_file():
+            raise SystemExit(f"srpo: {p} is a directory without config.yaml (not a run directory)")
+        return p / "config.yaml"
+    return p
+
+
+def _split_args(config: str | None, overrides: list[str]) -> tuple[str | None, list[str]]:
+    """argparse cannot tell `srpo train key=value` (no CONFIG) from `srpo train CONFIG`."""
+    if config is not None and "=" in config and not Path(config).exists():
+        return None, [config, *overrides]
+    return config, overrides
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from srpo.config import ConfigError, load_config
+    from srpo.train.stats import paired_comparison
+    from srpo.train.trainer import Trainer
+
+    config, overrides = _split_args(args.config, args.overrides)
+    try:
+        cfg = load_config(_resolve_config(config), overrides)
+        start = time.perf_counter()
+        trainer = Trainer(cfg)
+    except (ConfigError, ValueError, FileNotFoundError) as e:
+        print(f"srpo train: {e}", file=sys.stderr)
+        return 2
+    result = trainer.train()
+    wall = time.perf_counter() - start
+    print(f"run directory: {result.run_dir}  ({result.steps_done} steps, {wall:.0f} s)")
+    if result.before and result.after:
+        c = paired_comparison(result.before.correct, result.after.correct)
+        print(f"held-out accuracy ({c.n} problems, greedy): before {result.before.summary()}")
+        print(f"                                          after  {result.after.summary()}")
+        print(f"paired difference {100 * c.diff.estimate:+.1f} points (95% CI {100 * c.diff.low:+.1f} "
+              f"to {100 * c.diff.high:+.1f}); {c.gained} gained, {c.lost} lost; McNemar p = {c.p_value:.3g}")
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from srpo.config import ConfigError, load_config
+    from srpo.rollout.build import build_rollout, load_tasks
+    from srpo.train.evaluate import evaluate
+
+    config, overrides = _split_args(args.config, args.overrides)
+    path = _resolve_config(config)
+    try:
+        cfg = load_config(path, overrides)
+        runner, workflow = build_rollout(cfg, workflow=args.workflow)
+        if path.name == "config.yaml" and (path.parent / "export").is_dir():
+            _load_exported(runner, path.parent / "export")
+        tasks = load_tasks(cfg.task, split="heldout", limit=args.n)
+    except (ConfigError, ValueError, FileNotFoundError) as e:
+        print(f"srpo eval: {e}", file=sys.stderr)
+        return 2
+    result, _ = evaluate(runner, workflow, tasks, seed=cfg.seed)
+    print(result.summary())
+    for agent, acc in sorted(result.per_agent.items()):
+        print(f"  agent {agent}: {100 * acc:.1f}% of its answers correct")
+    return 0
+
+
+def _load_exported(runner, export_dir: Path) -> None:
+    """Evaluate a run's trained policies: swap in the exported weights of each policy."""
+    from transformers import AutoModelForCausalLM
+
+    policies = runner.backend.policies
+    for name in policies.names:
+        folder = export_dir / name
+        if not folder.is_dir():
+            raise FileNotFoundError(f"{export_dir} has no exported policy {name!r}")
+    if policies.kind == "lora":
+        raise ValueError("evaluating an exported LoRA run: use model.name=<RUN>/export/<policy> instead")
+    for name in policies.names:
+        trained = AutoModelForCausalLM.from_pretrained(export_dir / name, local_files_only=True)
+        policies[name].model.load_state_dict(trained.state_dict())
+    print(f"loaded trained weights from {export_dir}")
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from srpo.train.plots import plot_run
+
+    for path in plot_run(Path(args.run_dir)):
+        print(path)
+    return 0
+
+
+def add_train_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train a multi-agent system (no CONFIG: the built-in default job)")
+    p.add_argument("config", nargs="?", help="YAML preset (configs/*.yaml); default: the built-in CPU job")
+    p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.steps=4 output_dir=runs/x")
+    p.set_defaults(handler=_cmd_train)
+
+    p = sub.add_parser("eval", help="held-out accuracy of a config or a run directory, per workflow and agent")
+    p.add_argument("config", nargs="?", help="YAML preset or a run directory")
+    p.add_argument("overrides", nargs="*", help="key=value overrides")
+    p.add_argument("--workflow", help="evaluate another workflow than the configured one")
+    p.add_argument("--n", type=int, default=None, help="number of held-out tasks (default: task.heldout_size)")
+    p.set_defaults(handler=_cmd_eval)
+
+    p = sub.add_parser("plot", help="write RUN_DIR/plots/*.png from RUN_DIR/metrics.jsonl")
+    p.add_argument("run_dir")
+    p.set_defaults(handler=_cmd_plot)

@@ -1,0 +1,101 @@
+"""Held-out accuracy of a workflow: greedy, one rollout per task, per workflow and per agent.
+
+The workflow's accuracy is the share of held-out tasks whose final answer is correct (the
+episode's "correct" reward component). Each agent's accuracy scores that agent's own outputs
+against the gold answer with the task's reward function, so one sees whether, e.g., the solvers
+or the aggregator improved.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from srpo.rollout.runner import RolloutRunner
+from srpo.train.stats import Interval, wilson_interval
+from srpo.types import Episode, Task
+from srpo.workflows.base import Workflow
+
+
+@dataclass
+class EvalResult:
+    workflow: str
+    correct: list[bool]  # [n] per held-out task, in task order (for paired comparisons)
+    accuracy: Interval  # share correct with its 95% Wilson interval
+    per_agent: dict[str, float]  # agent -> share of its outputs that are correct
+    seconds: float
+
+    @property
+    def n(self) -> int:
+        return len(self.correct)
+
+    def metrics(self, prefix: str = "eval") -> dict[str, float]:
+        out = {
+            f"{prefix}/accuracy": self.accuracy.estimate,
+            f"{prefix}/ci_low": self.accuracy.low,
+            f"{prefix}/ci_high": self.accuracy.high,
+            f"{prefix}/n": float(self.n),
+            f"{prefix}/seconds": self.seconds,
+        }
+        out.update({f"{prefix}/agent/{a}": v for a, v in sorted(self.per_agent.items())})
+        return out
+
+    def summary(self) -> str:
+        a = self.accuracy
+        return (f"{self.workflow}: {100 * a.estimate:.1f}% of {self.n} "
+                f"(95% CI {100 * a.low:.1f}-{100 * a.high:.1f})")
+
+
+def greedy_runner(runner: RolloutRunner, seed: int) -> RolloutRunner:
+    """The same agents, backend and reward with every agent decoding greedily; a fixed seed so
+    workflow-level draws (mixed, routed fallbacks) are the same at every evaluation."""
+    agents = {
+        name: dataclasses.replace(spec, sampling=spec.sampling.replace(temperature=0.0))
+        for name, spec in runner.agents.items()
+    }
+    return RolloutRunner(agents, runner.backend, runner.reward_fn, seed=seed)
+
+
+def _is_correct(components: dict[str, float]) -> bool:
+    if "correct" not in components:
+        raise ValueError(f"the reward has no 'correct' component (got {sorted(components)})")
+    return components["correct"] > 0
+
+
+def evaluate(
+    runner: RolloutRunner,
+    workflow: Workflow,
+    tasks: Sequence[Task],
+    *,
+    seed: int = 0,
+    agent_scorer: Callable[[Task, str], bool] | None = None,
+) -> tuple[EvalResult, list[Episode]]:
+    """Runs `workflow` greedily once on each task. agent_scorer(task, text) -> correct; default:
+    the runner's reward function's "correct" component."""
+    if not tasks:
+        raise ValueError("evaluate needs at least one held-out task")
+    start = time.perf_counter()
+    episodes = greedy_runner(runner, seed).run(tasks, workflow, group_size=1).episodes
+    correct = [_is_correct(ep.reward_components) for ep in episodes]
+
+    def score(task: Task, text: str) -> bool:
+        if agent_scorer is not None:
+            return agent_scorer(task, text)
+        return _is_correct(runner.reward_fn(task, text).components)
+
+    hits: dict[str, list[bool]] = {}
+    for ep in episodes:
+        for aset in ep.transitions:
+            for m in aset.members:
+                hits.setdefault(m.agent, []).append(score(ep.task, m.text))
+    per_agent = {a: sum(v) / len(v) for a, v in hits.items()}
+    result = EvalResult(
+        workflow=workflow.name,
+        correct=correct,
+        accuracy=wilson_interval(sum(correct), len(correct)),
+        per_agent=per_agent,
+        seconds=time.perf_counter() - start,
+    )
+    return result, episodes

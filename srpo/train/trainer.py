@@ -1,0 +1,403 @@
+"""The training loop: rollout -> active sets -> advantages -> K epochs of updates -> log -> eval -> checkpoint.
+
+    trainer = Trainer(load_config("configs/smoke.yaml"))
+    trainer.train()
+
+Each optimizer step of a rollout batch sees whole sets only (minibatches and micro-batches are
+packs of sets), so the setwise loss and its N_sets normalization are exact. Several policies
+(separate models, or LoRA adapters on one base) are updated in the same step, each with its own
+optimizer, learning rate and gradient clipping. The method (SRPO or a baseline) is a MethodSpec
+from srpo.objective; this file never branches on its name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import json
+import math
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from srpo.batch import FlatBatch, build_flat_batch, pack_sets
+from srpo.config import Config, to_dict
+from srpo.objective.diagnostics import kl_k3, masked_token_mean
+from srpo.objective.methods import MethodSpec, get_method, method_policy_loss, prepare_step, step_token_weights
+from srpo.rollout.build import build_policies, build_rollout, load_tasks
+from srpo.rollout.policies import PolicySet
+from srpo.rollout.runner import rollout_metrics
+from srpo.train.checkpoint import TrainState, config_fingerprint, latest_checkpoint, load_checkpoint, save_checkpoint
+from srpo.train.evaluate import EvalResult, evaluate
+from srpo.train.forward import batch_logprobs
+from srpo.train.metrics_log import MetricsLogger
+from srpo.train.optim import build_optimizers, policy_parameters
+from srpo.types import Episode, Task
+
+# Config fields that may change between a run and its resumption (they do not change the
+# computation of the steps already done).
+RESUMABLE_FIELDS = ("output_dir", "resume", "train.steps", "eval", "checkpoint")
+
+
+def fingerprint_of(cfg: Config) -> str:
+    data = to_dict(cfg)
+    for dotted in RESUMABLE_FIELDS:
+        node = data
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node[p]
+        node.pop(leaf, None)
+    return config_fingerprint(data)
+
+
+class PhaseTimer:
+    """Wall time of each named phase of a step: `with timer("rollout"): ...`."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+    def metrics(self) -> dict[str, float]:
+        return {f"time/{k}": v for k, v in self.seconds.items()}
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    steps_done: int
+    before: EvalResult | None = None
+    after: EvalResult | None = None
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def _mean_metrics(parts: list[dict[str, float]]) -> dict[str, float]:
+    """Averages per-micro-batch metrics; `policy/loss` and `loss` are summed (they add up)."""
+    out: dict[str, float] = {}
+    keys = {k for p in parts for k in p}
+    for k in sorted(keys):
+        vals = [p[k] for p in parts if k in p]
+        out[k] = sum(vals) if k in ("policy/loss", "loss", "ratio/clamp_count") else sum(vals) / len(vals)
+    return out
+
+
+class Trainer:
+    def __init__(self, cfg: Config, *, policies: PolicySet | None = None):
+        self.cfg = cfg
+        t = cfg.train
+        self.spec: MethodSpec = get_method(t.method, **t.method_settings)
+        self.run_dir = Path(cfg.output_dir)
+        self.fingerprint = fingerprint_of(cfg)
+        if t.threads:
+            torch.set_num_threads(t.threads)
+        self._seed_everything(cfg.seed)
+        # Fail on a bad checkpoint before any model is built or any work is done.
+        self._resume_from = self._find_resume_checkpoint()
+        self.policies = policies or build_policies(cfg.model, cfg.policies, cfg.device)
+        self.runner, self.workflow = build_rollout(cfg, policies=self.policies)
+        self.pad_id = self._pad_token_id()
+        self.params = policy_parameters(self.policies)
+        self.optimizers, self.schedulers = build_optimizers(
+            self.params, lr=t.lr, policy_lr=t.policy_lr, weight_decay=t.weight_decay,
+            betas=tuple(t.adam_betas), warmup_steps=t.warmup_steps,
+        )
+        self.reference = self._build_reference() if t.kl_beta > 0 else None
+        self.train_tasks = load_tasks(cfg.task, split="train")
+        self.heldout_tasks = load_tasks(cfg.task, split="heldout", limit=cfg.eval.size) if cfg.eval.size != 0 else []
+        self.step = 0
+
+    # ------------------------------------------------------------------ setup helpers
+
+    @staticmethod
+    def _seed_everything(seed: int) -> None:
+        random.seed(seed)
+        torch.manual_seed(seed)
+        try:
+            import numpy as np
+
+            np.random.seed(seed)
+        except ImportError:  # numpy is a dependency, but seeding it is only a courtesy
+            pass
+
+    def _pad_token_id(self) -> int:
+        ids = {self.policies[n].tokenizer.pad_token_id for n in self.policies.names}
+        if None in ids or len(ids) != 1:
+            raise ValueError(f"all policies need one shared pad token id, got {sorted(map(str, ids))}")
+        return ids.pop()
+
+    def _find_resume_checkpoint(self) -> Path | None:
+        if not self.cfg.resume:
+            if (self.run_dir / "checkpoints").exists() and latest_checkpoint(self.run_dir) is not None:
+                raise ValueError(
+                    f"{self.run_dir} already holds checkpoints; pass resume=true to continue it or "
+                    "choose another output_dir"
+                )
+            return None
+        ckpt = latest_checkpoint(self.run_dir)
+        if ckpt is None:
+            raise ValueError(f"resume=true but {self.run_dir} has no complete checkpoint")
+        state = json.loads((ckpt / "trainer_state.json").read_text())
+        if state.get("config_fingerprint") != self.fingerprint:
+            raise ValueError(
+                f"checkpoint {ckpt} was written by another config (fingerprint "
+                f"{state.get('config_fingerprint')} != {self.fingerprint}); only "
+                f"{', '.join(RESUMABLE_FIELDS)} may change when resuming"
+            )
+        return ckpt
+
+    def _build_reference(self) -> PolicySet | None:
+        """Frozen copies for the KL penalty. LoRA needs none: the base with adapters off is it."""
+        if self.policies.kind == "lora":
+            return None
+        copies = {}
+        for name in self.policies.names:
+            p = self.policies[name]
+            m = copy.deepcopy(p.model).eval()
+            for q in m.parameters():
+                q.requires_grad_(False)
+            copies[name] = (m, p.tokenizer)
+        if self.policies.kind == "shared":
+            (m, tok), = copies.values()
+            return PolicySet.shared(m, tok, name=self.policies.names[0])
+        return PolicySet.separate(copies)
+
+    def _checkpointed_models(self) -> dict[str, torch.nn.Module]:
+        """Separate policies by name; a shared model or a LoRA base (all adapters) once."""
+        if self.policies.kind == "separate":
+            return {n: self.policies[n].model for n in self.policies.names}
+        return {"model": self.policies.models()[0]}
+
+    def _state(self) -> TrainState:
+        return TrainState(
+            step=self.step,
+            policies=self._checkpointed_models(),
+            optimizers=self.optimizers,
+            schedulers=self.schedulers,
+            data_state={"next_step": self.step},
+            config_fingerprint=self.fingerprint,
+        )
+
+    # ------------------------------------------------------------------ phases
+
+    def tasks_for_step(self, step: int) -> list[Task]:
+        """A deterministic function of the step, so resuming needs only the step number."""
+        n = self.cfg.train.tasks_per_step
+        pool = self.train_tasks
+        order = list(range(len(pool)))
+        epoch, offset = divmod(step * n, len(pool))
+        random.Random(f"{self.cfg.seed}/tasks/{epoch}").shuffle(order)
+        picked = [order[(offset + j) % len(pool)] for j in range(n)]
+        if len(set(picked)) < len(picked):
+            raise ValueError(f"train.tasks_per_step ({n}) exceeds task.train_size ({len(pool)})")
+        return [pool[i] for i in picked]
+
+    def rollout(self, step: int) -> list[Episode]:
+        self.runner.seed = self.cfg.seed * 1_000_003 + step  # fresh workflow draws every step
+        for model in self.policies.models():
+            model.eval()
+        with torch.no_grad():
+            return self.runner.run(self.tasks_for_step(step), self.workflow, group_size=self.cfg.group_size).episodes
+
+    def _logprobs(self, policies: PolicySet, batch: FlatBatch, *, with_entropy: bool = False):
+        return batch_logprobs(
+            policies, batch, chunk_size=self.cfg.train.logprob_chunk_size, with_entropy=with_entropy,
+            device=self.cfg.device,
+        )
+
+    def old_and_ref_logprobs(self, batch: FlatBatch) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, float]]:
+        """log pi_old (recomputed by the training forward), log pi_ref when beta > 0, diagnostics."""
+        metrics: dict[str, float] = {}
+        olds, ents, refs = [], [], []
+        with torch.no_grad():
+            for ids in pack_sets(batch, self.cfg.train.micro_batch_tokens):
+                micro = batch.select_sets(ids)
+                out = self._logprobs(self.policies, micro, with_entropy=True)
+                olds.append((ids, out.logprobs))
+                ents.append(masked_token_mean(out.entropy, micro.response_mask.to(out.entropy.device)))
+                if self.cfg.train.kl_beta > 0:
+                    refs.append((ids, self._reference_logprobs(micro)))
+        old = _scatter_rows(batch, olds)
+        metrics["entropy"] = sum(ents) / len(ents)
+        if batch.sampling_logprobs is not None:
+            # train/inference mismatch: KL(sampler || trainer forward) on response tokens
+            metrics["mismatch/kl"] = masked_token_mean(
+                kl_k3(batch.sampling_logprobs, old.cpu()), batch.response_mask
+            )
+        ref = _scatter_rows(batch, refs) if refs else None
+        return old, ref, metrics
+
+    def _reference_logprobs(self, micro: FlatBatch) -> torch.Tensor:
+        if self.reference is not None:
+            return self._logprobs(self.reference, micro).logprobs
+        model = self.policies.models()[0]
+        with model.disable_adapter():
+            base = PolicySet.shared(model, self.policies[self.policies.names[0]].tokenizer)
+            return self._logprobs(base, dataclasses.replace(micro, member_policy=("shared",) * micro.num_members)).logprobs
+
+    def update(self, batch: FlatBatch) -> dict[str, float]:
+        """K epochs over the rollout batch; each epoch is `minibatches` optimizer steps of whole sets."""
+        t = self.cfg.train
+        for model in self.policies.models():
+            model.train()
+        parts: list[dict[str, float]] = []
+        grad_norms: dict[str, list[float]] = {n: [] for n in self.params}
+        for _ in range(t.epochs):
+            order = torch.randperm(batch.num_sets).tolist() if t.minibatches > 1 else list(range(batch.num_sets))
+            for chunk in _split(order, t.minibatches):
+                # N_sets and every other count are those of this optimizer step
+                mb = batch.select_sets(chunk)
+                mb = dataclasses.replace(mb, token_weights=step_token_weights(self.spec, mb))
+                for opt in self.optimizers.values():
+                    opt.zero_grad(set_to_none=True)
+                for ids in pack_sets(mb, t.micro_batch_tokens):
+                    micro = mb.select_sets(ids)
+                    out = self._logprobs(self.policies, micro, with_entropy=t.entropy_alpha > 0)
+                    loss, m = method_policy_loss(
+                        self.spec, _to_device(micro, out.logprobs.device), out.logprobs, entropy=out.entropy,
+                        kl_beta=t.kl_beta, entropy_alpha=t.entropy_alpha,
+                    )
+                    if not torch.isfinite(loss):
+                        raise FloatingPointError(f"non-finite loss {loss.item()} at step {self.step}")
+                    loss.backward()
+                    parts.append(m)
+                for name, params in self.params.items():
+                    norm = torch.nn.utils.clip_grad_norm_(params, t.grad_clip if t.grad_clip > 0 else math.inf)
+                    grad_norms[name].append(float(norm))
+                    self.optimizers[name].step()
+                    self.schedulers[name].step()
+        metrics = _mean_metrics(parts)
+        for name, norms in grad_norms.items():
+            metrics[f"grad_norm/{name}"] = sum(norms) / len(norms)
+            metrics[f"lr/{name}"] = self.schedulers[name].get_last_lr()[0]
+        return metrics
+
+    def evaluate(self, label: str) -> EvalResult | None:
+        if not self.heldout_tasks:
+            return None
+        for model in self.policies.models():
+            model.eval()
+        with torch.no_grad():
+            result, _ = evaluate(self.runner, self.workflow, self.heldout_tasks, seed=self.cfg.seed)
+        print(f"[eval {label}] {result.summary()}  per agent: "
+              + ", ".join(f"{a} {100 * v:.1f}%" for a, v in sorted(result.per_agent.items())), flush=True)
+        return result
+
+    # ------------------------------------------------------------------ the loop
+
+    def train(self) -> TrainResult:
+        cfg, t = self.cfg, self.cfg.train
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        logger = MetricsLogger(self.run_dir, tensorboard=cfg.checkpoint.tensorboard)
+        result = TrainResult(self.run_dir, 0)
+        if self._resume_from is not None:
+            loaded = load_checkpoint(self._resume_from, self._state())
+            self.step = int(loaded.data_state["next_step"])
+            logger.resume(self.step)
+            print(f"resumed from {self._resume_from} at step {self.step}", flush=True)
+        elif cfg.eval.before:
+            result.before = self.evaluate("before")
+            if result.before:
+                logger.log(0, result.before.metrics("eval"))
+        try:
+            while self.step < t.steps:
+                timer = PhaseTimer()
+                with timer("rollout"):
+                    episodes = self.rollout(self.step)
+                with timer("sets"):
+                    batch = build_flat_batch(episodes, self.pad_id)
+                with timer("old_logprobs"):
+                    old, ref, diag = self.old_and_ref_logprobs(batch)
+                with timer("advantages"):
+                    batch, step_metrics = prepare_step(self.spec, batch, old.cpu())
+                    batch = dataclasses.replace(batch, ref_logprobs=None if ref is None else ref.cpu())
+                with timer("update"):
+                    upd = self.update(batch)
+                self.step += 1
+                metrics = {**step_metrics, **diag, **upd, **timer.metrics()}
+                metrics.update({f"rollout/{k}": v for k, v in rollout_metrics(episodes).items()})
+                tokens = metrics.get("rollout/tokens/generated", 0.0)
+                metrics["throughput/gen_tokens_per_s"] = tokens / max(timer.seconds["rollout"], 1e-9)
+                if cfg.eval.every and self.step % cfg.eval.every == 0 and self.step < t.steps:
+                    ev = self.evaluate(f"step {self.step}")
+                    if ev:
+                        metrics.update(ev.metrics("eval"))
+                logger.log(self.step, metrics)
+                result.history.append(metrics)
+                print(_progress_line(self.step, t.steps, metrics, timer), flush=True)
+                every = cfg.checkpoint.every
+                if self.step == t.steps or (every and self.step % every == 0):
+                    save_checkpoint(self.run_dir, self._state(), keep_last=cfg.checkpoint.keep_last)
+            result.steps_done = self.step
+            if cfg.eval.after:
+                result.after = self.evaluate("after")
+                if result.after:
+                    logger.log(self.step, result.after.metrics("eval"))
+        finally:
+            logger.close()
+        if cfg.checkpoint.plots:
+            from srpo.train.plots import plot_run
+
+            plot_run(self.run_dir)
+        if cfg.checkpoint.export:
+            self.export()
+        return result
+
+    def export(self) -> list[Path]:
+        """Each trained policy as a plain Hugging Face folder under RUN/export/<policy>."""
+        from srpo.train.checkpoint import export_policy
+
+        out = []
+        for name in self.policies.names:
+            p = self.policies[name]
+            out.append(export_policy(p.model, p.tokenizer, self.run_dir / "export" / name,
+                                     adapter=p.adapter, overwrite=True))
+        return out
+
+
+def _split(order: list[int], parts: int) -> list[list[int]]:
+    if parts > len(order):
+        raise ValueError(f"train.minibatches ({parts}) exceeds the number of sets in a step ({len(order)})")
+    size = math.ceil(len(order) / parts)
+    return [order[i : i + size] for i in range(0, len(order), size)]
+
+
+def _scatter_rows(batch: FlatBatch, pieces: list[tuple[list[int], torch.Tensor]]) -> torch.Tensor:
+    """Reassembles per-micro-batch [m, T'] tensors into the batch's [M, T] member order."""
+    m, t = batch.response_mask.shape
+    out = torch.zeros(m, t, dtype=torch.float32, device=pieces[0][1].device)
+    for ids, values in pieces:
+        rows = torch.isin(batch.set_index, torch.tensor(ids)).nonzero().flatten()
+        out[rows.to(out.device), : values.shape[1]] = values
+    return out
+
+
+def _to_device(batch: FlatBatch, device: torch.device) -> FlatBatch:
+    if device.type == "cpu":
+        return batch
+    moved = {
+        f.name: getattr(batch, f.name).to(device)
+        for f in dataclasses.fields(batch)
+        if isinstance(getattr(batch, f.name), torch.Tensor)
+    }
+    return dataclasses.replace(batch, **moved)
+
+
+def _progress_line(step: int, steps: int, m: dict[str, Any], timer: PhaseTimer) -> str:
+    phases = " ".join(f"{k} {v:.1f}s" for k, v in timer.seconds.items())
+    return (f"step {step}/{steps}  reward {m.get('reward/mean', float('nan')):.3f}  "
+            f"loss {m.get('loss', float('nan')):+.4f}  clip {m.get('clip/all/frac', 0.0):.3f}  "
+            f"kl {m.get('approx_kl', 0.0):.2e}  gen {m['throughput/gen_tokens_per_s']:.0f} tok/s  [{phases}]")
