@@ -243,15 +243,20 @@ def step_token_weights(spec: MethodSpec, batch: FlatBatch) -> Tensor:
     )
 
 
-def prepare_step(spec: MethodSpec, batch: FlatBatch, old_logprobs: Tensor) -> tuple[FlatBatch, dict[str, float]]:
+def prepare_step(
+    spec: MethodSpec, batch: FlatBatch, old_logprobs: Tensor | None
+) -> tuple[FlatBatch, dict[str, float]]:
     """Fills the step-level fields of the batch (old log-probs, advantages, token weights).
 
+    old_logprobs may be None for a strictly on-policy update (one epoch, one minibatch): then
+    pi_old is the current policy and the caller fills each micro-batch's old log-probs with its
+    own detached forward (see Trainer.update), saving one forward pass per step.
     Returns the filled batch and the advantage metrics of the step.
     """
     adv = step_advantages(spec, batch)
     filled = replace(
         batch,
-        old_logprobs=old_logprobs.detach(),
+        old_logprobs=None if old_logprobs is None else old_logprobs.detach(),
         member_advantages=adv.member,
         token_weights=step_token_weights(spec, batch),
     )

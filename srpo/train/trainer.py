@@ -99,7 +99,11 @@ class Trainer:
         self.cfg = cfg
         t = cfg.train
         self.spec: MethodSpec = get_method(t.method, **t.method_settings)
-        self.run_dir = Path(cfg.output_dir)
+        # "{time}" in output_dir gives every run of a preset its own directory
+        self.run_dir = Path(cfg.output_dir.replace("{time}", time.strftime("%Y%m%d-%H%M%S")))
+        if cfg.resume and "{time}" in cfg.output_dir:
+            raise ValueError("resume=true needs the run's actual output_dir, not a {time} template")
+        self.cfg = cfg = dataclasses.replace(cfg, output_dir=str(self.run_dir))
         self.fingerprint = fingerprint_of(cfg)
         if t.threads:
             torch.set_num_threads(t.threads)
@@ -217,27 +221,42 @@ class Trainer:
             device=self.cfg.device,
         )
 
-    def old_and_ref_logprobs(self, batch: FlatBatch) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, float]]:
-        """log pi_old (recomputed by the training forward), log pi_ref when beta > 0, diagnostics."""
-        metrics: dict[str, float] = {}
-        olds, ents, refs = [], [], []
+    @property
+    def on_policy(self) -> bool:
+        """One update per rollout batch: pi_old == pi_theta, so no separate old-log-prob pass."""
+        t = self.cfg.train
+        return t.epochs == 1 and t.minibatches == 1
+
+    @staticmethod
+    def _forward_diagnostics(micro: FlatBatch, out) -> dict[str, float]:
+        """Token-mean entropy and the train/inference mismatch KL(sampler || trainer forward)."""
+        mask = micro.response_mask
+        metrics = {"entropy": masked_token_mean(out.entropy.detach().cpu(), mask)}
+        if micro.sampling_logprobs is not None:
+            sampled, trained = micro.sampling_logprobs.double(), out.logprobs.detach().cpu().double()
+            metrics["mismatch/kl"] = masked_token_mean(kl_k3(sampled, trained), mask)  # float64: k3 ~ d^2/2
+            metrics["mismatch/abs_diff"] = masked_token_mean((sampled - trained).abs(), mask)
+        return metrics
+
+    def old_and_ref_logprobs(self, batch: FlatBatch) -> tuple[torch.Tensor | None, torch.Tensor | None, dict[str, float]]:
+        """log pi_old (recomputed by the training forward; None when on-policy), log pi_ref when
+        beta > 0, and the forward diagnostics."""
+        need_old, need_ref = not self.on_policy, self.cfg.train.kl_beta > 0
+        if not (need_old or need_ref):
+            return None, None, {}
+        olds, refs, parts = [], [], []
         with torch.no_grad():
             for ids in pack_sets(batch, self.cfg.train.micro_batch_tokens):
                 micro = batch.select_sets(ids)
-                out = self._logprobs(self.policies, micro, with_entropy=True)
-                olds.append((ids, out.logprobs))
-                ents.append(masked_token_mean(out.entropy, micro.response_mask.to(out.entropy.device)))
-                if self.cfg.train.kl_beta > 0:
+                if need_old:
+                    out = self._logprobs(self.policies, micro, with_entropy=True)
+                    olds.append((ids, out.logprobs))
+                    parts.append(self._forward_diagnostics(micro, out))
+                if need_ref:
                     refs.append((ids, self._reference_logprobs(micro)))
-        old = _scatter_rows(batch, olds)
-        metrics["entropy"] = sum(ents) / len(ents)
-        if batch.sampling_logprobs is not None:
-            # train/inference mismatch: KL(sampler || trainer forward) on response tokens
-            metrics["mismatch/kl"] = masked_token_mean(
-                kl_k3(batch.sampling_logprobs, old.cpu()), batch.response_mask
-            )
-        ref = _scatter_rows(batch, refs) if refs else None
-        return old, ref, metrics
+        old = _scatter_rows(batch, olds).cpu() if olds else None
+        ref = _scatter_rows(batch, refs).cpu() if refs else None
+        return old, ref, _mean_metrics(parts)
 
     def _reference_logprobs(self, micro: FlatBatch) -> torch.Tensor:
         if self.reference is not None:
@@ -250,6 +269,7 @@ class Trainer:
     def update(self, batch: FlatBatch) -> dict[str, float]:
         """K epochs over the rollout batch; each epoch is `minibatches` optimizer steps of whole sets."""
         t = self.cfg.train
+        on_policy = batch.old_logprobs is None
         for model in self.policies.models():
             model.train()
         parts: list[dict[str, float]] = []
@@ -264,7 +284,10 @@ class Trainer:
                     opt.zero_grad(set_to_none=True)
                 for ids in pack_sets(mb, t.micro_batch_tokens):
                     micro = mb.select_sets(ids)
-                    out = self._logprobs(self.policies, micro, with_entropy=t.entropy_alpha > 0)
+                    out = self._logprobs(self.policies, micro, with_entropy=on_policy or t.entropy_alpha > 0)
+                    if on_policy:  # pi_old is the policy itself: its detached forward is log pi_old
+                        micro = dataclasses.replace(micro, old_logprobs=out.logprobs.detach().cpu())
+                        parts.append(self._forward_diagnostics(micro, out))
                     loss, m = method_policy_loss(
                         self.spec, _to_device(micro, out.logprobs.device), out.logprobs, entropy=out.entropy,
                         kl_beta=t.kl_beta, entropy_alpha=t.entropy_alpha,
@@ -322,8 +345,8 @@ class Trainer:
                 with timer("old_logprobs"):
                     old, ref, diag = self.old_and_ref_logprobs(batch)
                 with timer("advantages"):
-                    batch, step_metrics = prepare_step(self.spec, batch, old.cpu())
-                    batch = dataclasses.replace(batch, ref_logprobs=None if ref is None else ref.cpu())
+                    batch, step_metrics = prepare_step(self.spec, batch, old)
+                    batch = dataclasses.replace(batch, ref_logprobs=ref)
                 with timer("update"):
                     upd = self.update(batch)
                 self.step += 1

@@ -204,3 +204,29 @@ def test_sampling_logprobs_match_the_training_forward(tiny):
                                temperature=0.8).logprobs
     mask = batch.response_mask
     torch.testing.assert_close(lp[mask], batch.sampling_logprobs[mask], atol=2e-4, rtol=1e-4)
+
+
+def test_identical_greedy_requests_are_generated_once(tiny):
+    """n debaters with one role at evaluation send identical greedy prompts: one row each."""
+    model, tok = tiny
+    sp = SamplingParams(temperature=0, max_new_tokens=6)
+    reqs = _requests(tok, ["same", "other", "same", "same"], sp)
+    backend = HFGenerateBackend(PolicySet.shared(model, tok))
+    rows_seen = []
+    original = backend._generate_batch
+
+    def spy(model_, tok_, prompts, sampling):
+        rows_seen.append(len(prompts))
+        return original(model_, tok_, prompts, sampling)
+
+    backend._generate_batch = spy
+    gens = backend.generate("shared", reqs)
+    assert rows_seen == [2]  # "same" once, "other" once
+    assert gens[0].token_ids == gens[2].token_ids == gens[3].token_ids
+    assert gens[0] is not gens[2]  # independent records
+    alone = HFGenerateBackend(PolicySet.shared(model, tok)).generate("shared", [reqs[1]])[0]
+    assert gens[1].token_ids == alone.token_ids
+    # sampled requests are never merged
+    rows_seen.clear()
+    backend.generate("shared", _requests(tok, ["same", "same"], SamplingParams(temperature=1.0, max_new_tokens=4)))
+    assert rows_seen == [2]
