@@ -63,9 +63,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     path = _resolve_config(config)
     try:
         cfg = load_config(path, overrides)
-        runner, workflow = build_rollout(cfg, workflow=args.workflow)
+        policies = None
         if path.name == "config.yaml" and (path.parent / "export").is_dir():
-            _load_exported(runner, path.parent / "export")
+            policies = _exported_policies(path.parent / "export", cfg)
+        runner, workflow = build_rollout(cfg, workflow=args.workflow, policies=policies)
         tasks = load_tasks(cfg.task, split="heldout", limit=args.n)
     except (ConfigError, ValueError, FileNotFoundError) as e:
         print(f"srpo eval: {e}", file=sys.stderr)
@@ -77,21 +78,25 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_exported(runner, export_dir: Path) -> None:
-    """Evaluate a run's trained policies: swap in the exported weights of each policy."""
-    from transformers import AutoModelForCausalLM
+def _exported_policies(export_dir: Path, cfg):
+    """A run's trained policies from RUN/export/<policy> (LoRA adapters come merged), one model
+    per policy name, so any policy layout evaluates the same way."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    policies = runner.backend.policies
-    for name in policies.names:
+    from srpo.rollout.policies import PolicySet
+
+    models = {}
+    for name in cfg.policies.names:
         folder = export_dir / name
         if not folder.is_dir():
             raise FileNotFoundError(f"{export_dir} has no exported policy {name!r}")
-    if policies.kind == "lora":
-        raise ValueError("evaluating an exported LoRA run: use model.name=<RUN>/export/<policy> instead")
-    for name in policies.names:
-        trained = AutoModelForCausalLM.from_pretrained(export_dir / name, local_files_only=True)
-        policies[name].model.load_state_dict(trained.state_dict())
-    print(f"loaded trained weights from {export_dir}")
+        model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).to(cfg.device).eval()
+        models[name] = (model, AutoTokenizer.from_pretrained(folder, local_files_only=True))
+    print(f"evaluating the trained policies in {export_dir}")
+    if len(models) == 1:
+        (name, (model, tok)), = models.items()
+        return PolicySet.shared(model, tok, name=name)
+    return PolicySet.separate(models)
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:

@@ -155,3 +155,18 @@ def test_checkpoint_from_another_config_is_refused_before_work(tmp_path):
         Trainer(load_config(SMOKE, [f"output_dir={run}", "train.steps=2", "eval.size=0", *QUIET]))
     with pytest.raises(ValueError, match="no complete checkpoint"):
         Trainer(load_config(SMOKE, [f"output_dir={tmp_path / 'empty'}", "resume=true", *QUIET]))
+
+
+def test_lora_adapter_per_role_trains_both_and_eval_reads_the_export(tmp_path, capsys):
+    run = tmp_path / "lora"
+    overrides = [f"output_dir={run}", "train.steps=1", "eval.size=4", "checkpoint.plots=false",
+                 "checkpoint.tensorboard=false", "policies.kind=lora", "policies.names=[shared, aggregator]",
+                 "agents.aggregator.policy=aggregator", "policies.lora.rank=4"]
+    result = Trainer(load_config(SMOKE, overrides)).train()
+    row = result.history[0]
+    assert row["grad_norm/shared"] > 0 and row["grad_norm/aggregator"] > 0
+    assert sorted(p.name for p in (run / "export").iterdir()) == ["aggregator", "shared"]
+    capsys.readouterr()
+    assert main(["eval", str(run), "--n", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "evaluating the trained policies" in out and "parallel:" in out and "agent aggregator" in out
