@@ -248,6 +248,7 @@ class CheckpointConfig:
     export: bool = True  # export each trained policy as a Hugging Face folder at the end
     plots: bool = True  # write plots/*.png at the end
     tensorboard: bool = True  # also log to RUN/tensorboard
+    wandb: bool = False  # also log to Weights & Biases (needs the wandb package; never required)
 
     def __post_init__(self) -> None:
         _positive("checkpoint.every", self.every, zero_ok=True)

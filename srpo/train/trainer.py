@@ -324,7 +324,8 @@ class Trainer:
         cfg, t = self.cfg, self.cfg.train
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-        logger = MetricsLogger(self.run_dir, tensorboard=cfg.checkpoint.tensorboard)
+        logger = MetricsLogger(self.run_dir, tensorboard=cfg.checkpoint.tensorboard,
+                               wandb={"config": to_dict(cfg)} if cfg.checkpoint.wandb else None)
         result = TrainResult(self.run_dir, 0)
         if self._resume_from is not None:
             loaded = load_checkpoint(self._resume_from, self._state())

@@ -170,3 +170,13 @@ def test_lora_adapter_per_role_trains_both_and_eval_reads_the_export(tmp_path, c
     assert main(["eval", str(run), "--n", "4"]) == 0
     out = capsys.readouterr().out
     assert "evaluating the trained policies" in out and "parallel:" in out and "agent aggregator" in out
+
+
+def test_wandb_requested_without_the_package_is_a_clear_error(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("wandb") is not None:
+        pytest.skip("wandb is installed here")
+    trainer = Trainer(load_config(SMOKE, [f"output_dir={tmp_path}", "eval.size=0", "checkpoint.wandb=true", *QUIET]))
+    with pytest.raises(ModuleNotFoundError, match="wandb"):
+        trainer.train()
