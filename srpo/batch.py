@@ -173,25 +173,31 @@ def build_flat_batch(episodes: Sequence[Episode], pad_token_id: int) -> FlatBatc
 
 
 def pack_sets(batch: FlatBatch, max_tokens: int) -> list[list[int]]:
-    """Greedy packing of whole sets into micro-batches of at most `max_tokens` padded tokens.
+    """Packs whole sets into micro-batches of at most `max_tokens` padded tokens.
 
-    A set is never split; a set larger than the budget gets a micro-batch of its own. Cost of a
-    micro-batch = members * (P + T), the padded size the forward pass really computes.
+    A set is never split; a set larger than the budget gets a micro-batch of its own. Sets are
+    taken shortest first, so each micro-batch holds members of similar length: the forward pass
+    trims each micro-batch to its own longest member (srpo.train.forward), so the cost of a
+    micro-batch is rows * its longest member, which is what the budget bounds.
     """
     if max_tokens <= 0:
         raise ValueError(f"max_tokens must be > 0, got {max_tokens}")
-    row_cost = batch.input_ids.shape[1]
+    member_len = batch.attention_mask.sum(dim=-1)  # [M] real tokens
+    set_len = torch.zeros(batch.num_sets, dtype=member_len.dtype).scatter_reduce(
+        0, batch.set_index, member_len, reduce="amax"
+    )  # [S] longest member of each set
     sizes = batch.set_sizes.tolist()
+    order = sorted(range(batch.num_sets), key=lambda s: (int(set_len[s]), s))
     groups: list[list[int]] = []
     current: list[int] = []
-    used = 0
-    for s, size in enumerate(sizes):
-        cost = size * row_cost
-        if current and used + cost > max_tokens:
+    rows = 0
+    for s in order:
+        width = int(set_len[s])  # non-decreasing along `order`
+        if current and (rows + sizes[s]) * width > max_tokens:
             groups.append(current)
-            current, used = [], 0
+            current, rows = [], 0
         current.append(s)
-        used += cost
+        rows += sizes[s]
     if current:
         groups.append(current)
     return groups

@@ -23,6 +23,25 @@ class BatchLogprobs(NamedTuple):
     entropy: Tensor | None  # [M, T] next-token entropy, when asked
 
 
+def _trim_padding(input_ids: Tensor, attention: Tensor, prompt_length: int) -> tuple[Tensor, Tensor, int]:
+    """Drops columns that are padding in every row (left of the prompts, right of the responses).
+
+    A sub-batch (one policy's rows of one micro-batch) is usually much narrower than the whole
+    step's [P + T] layout (short solver prompts next to long aggregator prompts): the forward cost
+    is rows x width, so this is where packing similar lengths together pays off.
+    [m, P+T] -> [m, P'+T'], P' = prompt_length - left.
+    """
+    used = attention.any(dim=0).nonzero().flatten()  # columns some row attends to
+    left = min(int(used[0]), prompt_length - 1)  # keep at least one prompt column
+    right = max(int(used[-1]) + 1, prompt_length + 1)  # and at least one response column
+    return input_ids[:, left:right], attention[:, left:right], prompt_length - left
+
+
+def _pad_right(values: Tensor, width: int) -> Tensor:
+    """[m, T'] -> [m, T] with zeros (masked response positions)."""
+    return torch.nn.functional.pad(values, (0, width - values.shape[1]))
+
+
 def _trainable_flags(policies: PolicySet) -> list[tuple[torch.nn.Parameter, bool]]:
     return [(p, p.requires_grad) for model in policies.models() for p in model.parameters()]
 
@@ -56,19 +75,23 @@ def batch_logprobs(
                 policy.model.set_adapter(policy.adapter)
                 for p, flag in flags:
                     p.requires_grad_(flag)
+            input_ids, attention, prompt_length = _trim_padding(
+                batch.input_ids[rows], batch.attention_mask[rows], batch.prompt_length
+            )
             out = response_logprobs(
                 policy.model,
-                batch.input_ids[rows].to(device),
-                batch.attention_mask[rows].to(device),
-                batch.prompt_length,
+                input_ids.to(device),
+                attention.to(device),
+                prompt_length,
                 chunk_size=chunk_size,
                 temperature=temperature,
                 with_entropy=with_entropy,
             )
+            width = batch.response_mask.shape[1]
             order.append(rows)
-            pieces.append(out.logprobs.float())
+            pieces.append(_pad_right(out.logprobs.float(), width))
             if with_entropy:
-                ent_pieces.append(out.entropy.float())
+                ent_pieces.append(_pad_right(out.entropy.float(), width))
     finally:
         for p, flag in flags:
             p.requires_grad_(flag)

@@ -14,13 +14,15 @@ def _batch(policies=("solver", "aggregator")):
     task = Task("t0", "q")
     g = torch.Generator().manual_seed(0)
 
-    def member(policy, n):
-        ids = torch.randint(3, 200, (n + 4,), generator=g).tolist()
-        return Member(agent=policy, policy=policy, prompt_ids=ids[:4], response_ids=ids[4:], loss_mask=[1] * n)
+    def member(policy, n, p=4):
+        ids = torch.randint(3, 200, (n + p,), generator=g).tolist()
+        return Member(agent=policy, policy=policy, prompt_ids=ids[:p], response_ids=ids[p:], loss_mask=[1] * n)
 
-    # one set mixing both policies (a debate round between agents with their own adapters)
+    # one set mixing both policies (a debate round between agents with their own adapters); the
+    # second policy's member is longer on both sides, so the first policy's rows are trimmed of
+    # left and right padding for their forward pass
     sets = [
-        ActiveSet((member(policies[0], 3), member(policies[-1], 5)), "round", "t0", turn=0),
+        ActiveSet((member(policies[0], 3), member(policies[-1], 5, p=9)), "round", "t0", turn=0),
         ActiveSet((member(policies[0], 2),), "final", "t0", turn=1),
     ]
     return build_flat_batch([Episode(task, "w", sets, reward=1.0)], pad_token_id=0)
