@@ -39,16 +39,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("methods", help="list SRPO and the baselines as settings of the same parts")
     p.add_argument("-v", "--verbose", action="store_true", help="also print each method's description")
     p.set_defaults(handler=_cmd_methods)
-    try:  # rollout commands live with the rollout engine
-        from srpo.cli_rollout import add_rollout_commands
-    except ModuleNotFoundError as err:
-        if err.name != "srpo.cli_rollout":
-            raise
-    else:
-        add_rollout_commands(sub)
+    # Each family registers its own subcommands; their heavy imports happen inside the handlers.
+    from srpo.cli_rollout import add_rollout_commands
+    from srpo.cli_search import add_search_commands
     from srpo.cli_train import add_train_commands
 
+    add_rollout_commands(sub)
     add_train_commands(sub)
+    add_search_commands(sub)
     return parser
 
 
