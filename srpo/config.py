@@ -102,6 +102,7 @@ class SamplingConfig:
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1 = off
     max_new_tokens: int = 64  # tokens per generation (eos included)
+    stop: list[str] = field(default_factory=list)  # stop strings, e.g. ["</search>"] (kept)
 
     def __post_init__(self) -> None:
         _sampling_params(dataclasses.asdict(self), "sampling")
@@ -149,10 +150,45 @@ class RewardConfig:
 
 
 @dataclass
+class SearchConfig:
+    """Search tasks (task.name: search): corpus and questions, retriever, protocol, reward.
+
+    Splits use task.train_size / heldout_size / seed (the world's seed too)."""
+
+    corpus: str = "world"  # "world" (generated fictional entities, synthetic) | "wiki" | "jsonl"
+    world: dict[str, Any] = field(default_factory=dict)  # world: generate_world keyword args
+    hops: list[int] = field(default_factory=lambda: [1, 2, 3])  # world: question hop counts
+    corpus_path: str | None = None  # jsonl: documents, one {"id", "title", "text"} a line
+    questions_path: str | None = None  # jsonl: questions file (JSONL / JSON array / Parquet)
+    questions_format: str = "nq"  # jsonl: "nq" | "hotpotqa" | "2wiki" | "musique" (its loader)
+    index_dir: str | None = None  # a prebuilt index (`srpo index`); None = build in memory
+    retriever: str = "bm25"  # "bm25" | "dense" (MiniLM + faiss) | "fused" (RRF of both)
+    top_k: int = 3  # passages per query
+    max_calls_per_turn: int = 1  # searches run per generation (the rest get a note)
+    max_turns: int = 4  # a searcher's turn budget (generations, the answering one included)
+    max_observation_chars: int = 1200  # longest observation body (cut, with a marker)
+    em_weight: float = 1.0  # weight of the exact-match component
+    f1_weight: float = 0.0  # weight of the token-F1 component
+    format_weight: float = 0.1  # weight of the format component (<answer> protocol kept)
+
+    def __post_init__(self) -> None:
+        _one_of("task.search.corpus", self.corpus, ("world", "wiki", "jsonl"))
+        _one_of("task.search.retriever", self.retriever, ("bm25", "dense", "fused"))
+        _one_of("task.search.questions_format", self.questions_format,
+                ("nq", "hotpotqa", "2wiki", "musique"))
+        if self.corpus == "jsonl" and not (self.corpus_path and self.questions_path):
+            raise ConfigError("task.search.corpus 'jsonl' needs corpus_path and questions_path")
+        if not self.hops or not set(self.hops) <= {1, 2, 3}:
+            raise ConfigError(f"task.search.hops must be among 1, 2, 3, got {self.hops}")
+        for key in ("top_k", "max_calls_per_turn", "max_turns", "max_observation_chars"):
+            _positive(f"task.search.{key}", getattr(self, key))
+
+
+@dataclass
 class TaskConfig:
     """Where tasks come from and how answers are scored."""
 
-    name: str = "math"  # task family ("math")
+    name: str = "math"  # task family: "math" | "search" (settings in `search`)
     source: str = "reasoning_gym"  # "reasoning_gym" | "gsm8k" | "math500"
     dataset: str = "basic_arithmetic"  # reasoning_gym: the dataset name
     difficulty: dict[str, Any] = field(default_factory=dict)  # reasoning_gym: its config knobs
@@ -160,10 +196,16 @@ class TaskConfig:
     train_size: int = 500  # tasks in the train split
     heldout_size: int = 200  # tasks in the held-out split (disjoint from train)
     seed: int = 0  # generation seed of the splits
-    reward: RewardConfig = field(default_factory=RewardConfig)  # outcome reward
+    reward: RewardConfig = field(default_factory=RewardConfig)  # math outcome reward
+    search: SearchConfig = field(default_factory=SearchConfig)  # name "search": its settings
 
     def __post_init__(self) -> None:
-        _one_of("task.name", self.name, ("math",))
+        _one_of("task.name", self.name, ("math", "search"))
+        if self.name == "search" and self.reward != RewardConfig():
+            raise ConfigError(
+                "task.reward is the math reward; a search task is scored by task.search "
+                "(em_weight, f1_weight, format_weight)"
+            )
         _one_of("task.source", self.source, ("reasoning_gym", "gsm8k", "math500"))
         if self.source != "reasoning_gym" and not self.path:
             raise ConfigError(f"task.source {self.source!r} needs task.path (a local file)")
@@ -270,7 +312,20 @@ def _default_agents() -> dict[str, AgentConfig]:
         "algebra_expert": "You are an algebra expert. " + solve,
         "checker": "You solve problems carefully and double-check. " + solve,
     }
-    return {name: AgentConfig(system_prompt=p) for name, p in prompts.items()}
+    agents = {name: AgentConfig(system_prompt=p) for name, p in prompts.items()}
+    # the search workflows' own roles; generation stops at </search> so results can be inserted
+    agents["searcher"] = AgentConfig(
+        system_prompt="You answer questions by searching a document collection.",
+        sampling={"stop": ["</search>"]},
+    )
+    agents["query_writer"] = AgentConfig(
+        system_prompt="You write one search query as <search>query</search>.",
+        sampling={"stop": ["</search>"]},
+    )
+    agents["answerer"] = AgentConfig(
+        system_prompt="You answer questions from search results, as <answer>answer</answer>."
+    )
+    return agents
 
 
 @dataclass

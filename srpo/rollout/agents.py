@@ -32,8 +32,16 @@ class SamplingParams:
     top_k: int = 0  # keep the k most likely tokens; 0 = no top-k filtering
     top_p: float = 1.0  # nucleus sampling mass in (0, 1]; 1 = no top-p filtering
     max_new_tokens: int = 64  # generation budget per request (the eos token counts)
+    # stop strings: generation ends right after the token that completes the first of them
+    # (kept in the response, stop_reason "stop"), e.g. ("</search>",) so a tool can answer
+    stop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if not isinstance(self.stop, (list, tuple)) or not all(
+            isinstance(s, str) and s for s in self.stop
+        ):
+            raise ValueError(f"stop must be a list of non-empty strings, got {self.stop!r}")
+        object.__setattr__(self, "stop", tuple(self.stop))  # hashable: sampling groups batches
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
             raise ValueError(f"temperature must be finite and >= 0, got {self.temperature!r}")
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:

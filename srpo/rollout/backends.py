@@ -9,7 +9,9 @@ them however it likes. A backend implements `GenerationBackend`:
 Contract of a `Generation` (checked by the runner, errors name the agent):
   - token_ids: the response, >= 1 token. When the policy stopped by itself the eos token
     (`<|im_end|>`) is the LAST token and stop_reason == "eos" (kept so the model learns to
-    stop); otherwise stop_reason == "length" and there is no eos. An "empty" answer is the
+    stop); when the decoded response reached one of the request's stop strings
+    (SamplingParams.stop) first, it ends with the token that completed it and stop_reason ==
+    "stop"; otherwise stop_reason == "length" and there is no eos. An "empty" answer is the
     1-token response [eos].
   - logprobs: None, or one sampling-time log-prob per token (see HFGenerateBackend for which).
 
@@ -27,7 +29,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import torch
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+from transformers import (
+    GenerationConfig,
+    LogitsProcessor,
+    LogitsProcessorList,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 from transformers.generation.logits_process import (
     TemperatureLogitsWarper,
     TopKLogitsWarper,
@@ -37,7 +45,7 @@ from transformers.generation.logits_process import (
 from srpo.rollout.agents import Message, SamplingParams
 from srpo.rollout.policies import PolicySet
 
-STOP_REASONS = ("eos", "length")
+STOP_REASONS = ("eos", "length", "stop")
 
 
 @dataclass(frozen=True)
@@ -99,13 +107,59 @@ def _check_requests(policy: str, requests: Sequence[GenerationRequest]) -> None:
 
 
 def finish_tokens(
-    token_ids: Sequence[int], eos_id: int, max_new_tokens: int
+    token_ids: Sequence[int], eos_id: int, max_new_tokens: int, *, stop: Sequence[str] = (),
+    decode: Callable[[list[int]], str] | None = None,
 ) -> tuple[list[int], str]:
-    """Keep at most max_new_tokens ids, cut after the first eos (kept) -> (ids, stop reason)."""
+    """Keep at most max_new_tokens ids, cut after the first eos (kept) -> (ids, stop reason).
+
+    stop: stop strings; when the decoded text reaches one before eos, the ids are cut after the
+    token that completes it (kept) and the reason is "stop". decode: ids -> text (needed then).
+    """
     ids = list(token_ids)[:max_new_tokens]
-    if eos_id in ids:
-        return ids[: ids.index(eos_id) + 1], "eos"
+    end = ids.index(eos_id) if eos_id in ids else len(ids)
+    cut = stop_index(ids[:end], stop, decode) if stop else None
+    if cut is not None:
+        return ids[: cut + 1], "stop"
+    if end < len(ids):
+        return ids[: end + 1], "eos"
     return ids, "length"
+
+
+def stop_index(
+    ids: Sequence[int], stop: Sequence[str], decode: Callable[[list[int]], str] | None
+) -> int | None:
+    """Index of the token whose decoding completes the first stop string, None if none does."""
+    if decode is None:
+        raise ValueError("stop strings need a decode function")
+    ids = list(ids)
+    if not any(s in decode(ids) for s in stop):
+        return None
+    lo, hi = 0, len(ids) - 1  # the shortest prefix ids[: i + 1] that contains a stop string
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if any(s in decode(ids[: mid + 1]) for s in stop):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+class _StopStrings(StoppingCriteria):
+    """Marks a row done once its generated tokens (after column `start`) contain a stop string.
+
+    Only the last few tokens are decoded each step: a stop string of b bytes spans at most b
+    tokens, and a row stops at the first step one appears.
+    """
+
+    def __init__(self, tokenizer: Any, stop: Sequence[str], start: int):
+        self.tokenizer, self.stop, self.start = tokenizer, tuple(stop), start
+        self.window = max(len(s.encode("utf-8")) for s in stop) + 1
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kw: Any) -> torch.Tensor:
+        lo = max(self.start, input_ids.shape[1] - self.window)
+        tails = self.tokenizer.batch_decode(input_ids[:, lo:].tolist(), skip_special_tokens=True)
+        done = [any(s in t for s in self.stop) for t in tails]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
 
 # --------------------------------------------------------------------------- HF generate
@@ -253,6 +307,9 @@ class HFGenerateBackend:
             bos_token_id=tokenizer.bos_token_id,
             use_cache=True,
         )
+        stopping = StoppingCriteriaList()
+        if sampling.stop:
+            stopping.append(_StopStrings(tokenizer, sampling.stop, width))
         device = next(model.parameters()).device
         with torch.inference_mode():
             sequences = model.generate(
@@ -260,12 +317,16 @@ class HFGenerateBackend:
                 attention_mask=attention.to(device),
                 generation_config=config,
                 logits_processor=processors,
+                stopping_criteria=stopping,
             )
         new = sequences[:, width:].cpu()
         logprobs = recorder.finish(sequences) if recorder is not None else None
         gens = []
         for i in range(len(prompts)):
-            ids, reason = finish_tokens(new[i].tolist(), eos_id, sampling.max_new_tokens)
+            ids, reason = finish_tokens(
+                new[i].tolist(), eos_id, sampling.max_new_tokens, stop=sampling.stop,
+                decode=lambda x: tokenizer.decode(x, skip_special_tokens=True),
+            )
             lps = logprobs[i, : len(ids)].tolist() if logprobs is not None else None
             gens.append(Generation(token_ids=ids, logprobs=lps, stop_reason=reason))
         return gens
@@ -281,8 +342,9 @@ class ScriptedBackend:
 
     script: `f(request) -> text` (or a list of token ids, used verbatim: [] makes a backend
         that returns zero tokens), or a mapping agent -> text | f. Text is tokenized with the
-        policy's tokenizer and eos is appended, then cut to `max_new_tokens` (then
-        stop_reason = "length", no eos). Text "" gives the 1-token response [eos].
+        policy's tokenizer and eos is appended, then cut after the request's first stop string
+        (stop_reason = "stop") and to `max_new_tokens` (then stop_reason = "length", no eos).
+        Text "" gives the 1-token response [eos].
     logprob: the log-prob recorded for every token (None = record none).
     calls: (policy, [agent of each request]) per generate call, to check batching.
     """
@@ -322,7 +384,10 @@ class ScriptedBackend:
             reply = self._respond(r)
             if isinstance(reply, str):
                 ids = list(tok(reply, add_special_tokens=False)["input_ids"]) + [tok.eos_token_id]
-                ids, reason = finish_tokens(ids, tok.eos_token_id, r.sampling.max_new_tokens)
+                ids, reason = finish_tokens(
+                    ids, tok.eos_token_id, r.sampling.max_new_tokens, stop=r.sampling.stop,
+                    decode=lambda x: tok.decode(x, skip_special_tokens=True),
+                )
             else:
                 ids = list(reply)
                 reason = "eos" if ids and ids[-1] == tok.eos_token_id else "length"

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -84,6 +85,12 @@ def build_agents(cfg: Config) -> dict[str, AgentSpec]:
 
 
 def build_reward(cfg: TaskConfig) -> Any:
+    if cfg.name == "search":
+        from srpo.tasks.search.rewards import SearchReward
+
+        s = cfg.search
+        return SearchReward(em_weight=s.em_weight, f1_weight=s.f1_weight,
+                            format_weight=s.format_weight)
     from srpo.tasks.math import MathReward
 
     r = cfg.reward
@@ -110,6 +117,8 @@ def load_tasks(cfg: TaskConfig, *, split: str = "train", limit: int | None = Non
                 f"asked for {limit} {split} tasks but task.{split}_size is {size}; raise it"
             )
         size = limit
+    if cfg.name == "search":
+        return _search_questions(cfg, split)[:size]
     if cfg.source == "reasoning_gym":
         from srpo.tasks.math import math_splits, reasoning_gym_tasks
 
@@ -130,6 +139,85 @@ def load_tasks(cfg: TaskConfig, *, split: str = "train", limit: int | None = Non
     return tasks[:size]
 
 
+# --------------------------------------------------------------------------- search tasks
+# Search dependencies (bm25s, faiss, the world generator) are imported only here, when a
+# search task is configured: math runs never import them.
+
+
+@functools.lru_cache(maxsize=2)
+def _world(seed: int, knobs: tuple[tuple[str, Any], ...]) -> Any:
+    """The generated world (documents and questions come from one generation)."""
+    from srpo.tasks.search.world import generate_world
+
+    return generate_world(seed, **dict(knobs))
+
+
+def _search_questions(cfg: TaskConfig, split: str) -> list[Task]:
+    """The whole `split` of a search task (train_size / heldout_size questions)."""
+    s = cfg.search
+    size = cfg.train_size if split == "train" else cfg.heldout_size
+    if s.corpus == "world":
+        from srpo.tasks.search.world import world_questions
+
+        world = _world(cfg.seed, tuple(sorted(s.world.items())))
+        return world_questions(world, hops=s.hops, n=size, seed=cfg.seed, split=split)
+    if s.corpus == "wiki":
+        from srpo.tasks.search.wiki_questions import wiki_questions
+
+        tasks = wiki_questions(split=split, seed=cfg.seed)
+    else:
+        from srpo.tasks.search import loaders
+
+        load = {"nq": loaders.load_nq, "hotpotqa": loaders.load_hotpotqa,
+                "2wiki": loaders.load_2wiki, "musique": loaders.load_musique}[s.questions_format]
+        tasks = load(s.questions_path)
+        # as for math files: held-out = the first heldout_size questions, train = the rest
+        tasks = tasks[cfg.heldout_size :] if split == "train" else tasks[: cfg.heldout_size]
+    if len(tasks) < size:
+        raise ValueError(f"task.search.corpus {s.corpus!r}: only {len(tasks)} {split} "
+                         f"questions, task.{split}_size is {size}")
+    return tasks[:size]
+
+
+def build_search_env(cfg: TaskConfig) -> Any:
+    """The SearchEnv of a search task: its corpus, a retriever over it, the protocol limits.
+
+    A prebuilt index (task.search.index_dir, `srpo index`) is loaded and checked against the
+    corpus; otherwise the retriever is built in memory. An empty corpus is an error here."""
+    if cfg.name != "search":
+        raise ValueError(
+            f"a search workflow needs task.name: search (a corpus and a retriever, settings in "
+            f"task.search), got task.name {cfg.name!r}"
+        )
+    from srpo.tasks.search.corpus import read_corpus_jsonl, validate_documents, wikipedia_summaries
+    from srpo.tasks.search.env import SearchEnv
+    from srpo.tasks.search.retrieval import (
+        BM25Retriever,
+        DenseRetriever,
+        FusedRetriever,
+        load_retriever,
+    )
+
+    s = cfg.search
+    if s.corpus == "world":
+        docs = _world(cfg.seed, tuple(sorted(s.world.items()))).documents
+    elif s.corpus == "wiki":
+        docs = wikipedia_summaries()
+    else:
+        docs = read_corpus_jsonl(s.corpus_path)
+    docs = validate_documents(docs, source=f"task.search.corpus {s.corpus!r}")
+    if s.index_dir is not None:
+        retriever = load_retriever(s.index_dir, s.retriever, corpus=docs)
+    elif s.retriever == "bm25":
+        retriever = BM25Retriever.build(docs)
+    elif s.retriever == "dense":
+        retriever = DenseRetriever.build(docs)
+    else:
+        retriever = FusedRetriever([BM25Retriever.build(docs), DenseRetriever.build(docs)])
+    return SearchEnv(retriever, top_k=s.top_k, max_calls_per_turn=s.max_calls_per_turn,
+                     max_turns=s.max_turns, max_observation_chars=s.max_observation_chars)
+
+
 def build_workflow_from(cfg: Config, name: str | None = None) -> Workflow:
     """The configured workflow; with `name` (e.g. the CLI's --workflow) that one instead, with
     the configured params only if it is the configured workflow."""
@@ -143,6 +231,8 @@ def build_rollout(cfg: Config, *, workflow: str | None = None,
     """(runner, workflow) for a config. The workflow is built first so that a bad name fails
     before any model is loaded; `policies` reuses already loaded models (the trainer's)."""
     wf = build_workflow_from(cfg, workflow)
+    if hasattr(wf, "with_search_env"):  # a search workflow: bind the task's retriever
+        wf = wf.with_search_env(build_search_env(cfg.task))
     agents = build_agents(cfg)
     missing = sorted(set(wf.agents) - set(agents))
     if missing:

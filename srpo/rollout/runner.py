@@ -354,4 +354,17 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     if routed:
         out["route/invalid"] = float(sum(int(e.metadata["route_invalid"]) for e in routed))
         out["route/invalid_rate"] = out["route/invalid"] / len(routed)
+    # Tool-use counters and diagnostics that workflows record per episode (search calls,
+    # malformed tags, truncations, retrieval recall@k, unweighted answer scores): mean per episode
+    # over the episodes that report them.
+    values: dict[str, list[float]] = {}
+    for e in episodes:
+        for k, v in e.metadata.items():
+            if k.startswith(EPISODE_DIAGNOSTIC_PREFIXES) and isinstance(v, (int, float)):
+                values.setdefault(k, []).append(float(v))
+    for k in sorted(values):
+        out[f"episode/{k}"] = sum(values[k]) / len(values[k])
     return out
+
+
+EPISODE_DIAGNOSTIC_PREFIXES = ("search_", "recall_", "score_", "plan_")

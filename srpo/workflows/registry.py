@@ -26,6 +26,7 @@ from srpo.workflows.parallel import ParallelAggregate
 from srpo.workflows.pipeline import Pipeline
 from srpo.workflows.planner import PlannerWorkers
 from srpo.workflows.routed import Routed
+from srpo.workflows.search import SEARCH_WORKFLOWS
 from srpo.workflows.single import SingleAgent
 
 Factory = Callable[..., Workflow]
@@ -137,5 +138,6 @@ def _mixed(workflows: list[Mapping[str, Any]] | None = None) -> Mixed:
 _mixed.name = "mixed"  # type: ignore[attr-defined]
 _mixed.description = Mixed.description  # type: ignore[attr-defined]
 
-for _factory in (SingleAgent, Pipeline, ParallelAggregate, Debate, PlannerWorkers, _mixed, Routed):
+for _factory in (SingleAgent, Pipeline, ParallelAggregate, Debate, PlannerWorkers, _mixed, Routed,
+                 *SEARCH_WORKFLOWS):
     register_workflow(_factory)

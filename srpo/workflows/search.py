@@ -1,0 +1,447 @@
+"""Multi-turn search workflows: agents search a corpus with <search>query</search> and answer
+with <answer>...</answer> (the protocol and its outcomes: srpo/tasks/search/env.py).
+
+| workflow | transitions: event {set members} | scored |
+|---|---|---|
+| search_single | `search` {searcher} | the searcher's answer |
+| search_parallel | per round r: `query-r` {k query writers}, `read-r` {answerer} | the answerer's |
+| search_planner | `plan` {planner}, `search` {searcher}, `answer` {answerer} | the answerer's |
+| search_routed | `route` {router}, then the chosen route's transitions | that route's answer |
+
+A searcher is ONE member spanning its turns: generation, observation (loss_mask 0), generation,
+... (as a tool-using agent in docs/workflows.md). Its turns are steps of one policy acting
+alone, and the outcome is only known at the end, so the whole trajectory is one action of size
+1 (with the `mean` reduction, a GSPO-style sequence ratio over its generated tokens).
+The k query writers of a round drive ONE transition, the retrieval that runs their queries
+together (one retriever call): they form one active set of size k.
+
+The retriever comes from the task: a search workflow has an `env` (SearchEnv) that
+srpo.rollout.build binds from the config's `task.search` section (`with_search_env`); in code,
+construct it with `env=SearchEnv(retriever, ...)`. Parameters are dataclass fields (config:
+workflow.params); prompts name their fields ({question}, ...) as listed per class.
+
+Every episode's metadata carries the search counts (SearchStats.metadata: search_calls,
+search_dropped, search_invalid, search_truncated, search_budget_exhausted, recall_at_k...) and
+the unweighted answer scores score_em, score_f1, score_format.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from srpo.tasks.search.env import SearchEnv, SearchStats, parse_turn
+from srpo.tasks.search.rewards import answer_scores
+from srpo.types import Task
+from srpo.workflows.base import (
+    Continue,
+    EpisodeContext,
+    Output,
+    Request,
+    RewardComponents,
+    WorkflowRun,
+    check_template,
+)
+from srpo.workflows.planner import parse_plan
+
+SEARCH_PROMPT = (
+    "Answer the question. You may search a document collection: write <search>query</search> "
+    "and the results appear between <information> and </information>. Search as often as you "
+    "need, then give the final answer, a few words only, as <answer>answer</answer>.\n\n"
+    "Question: {question}"
+)
+QUERY_PROMPT = (
+    "Question: {question}\n\nFound so far:\n{found}\n\nStill missing: {note}\n\n"
+    "Write one search query that finds the missing information, as <search>query</search>."
+)
+READ_PROMPT = "Question: {question}\n\nSearch results:\n{information}\n\n{instruction}"
+MORE_INSTRUCTION = (
+    "If the results answer the question, reply with <answer>answer</answer> (a few words). "
+    "Otherwise say in one line what is missing; another search round follows."
+)
+FINAL_INSTRUCTION = "Reply with the answer as <answer>answer</answer> (a few words)."
+PLAN_PROMPT = (
+    "Question: {question}\n\nSplit it into short numbered sub-questions (\"1. ...\"), one per "
+    "line, that a searcher can look up one after the other."
+)
+PLANNED_SEARCH_PROMPT = (
+    "Question: {question}\n\nSub-questions:\n{subquestions}\n\nSearch for each sub-question: "
+    "write <search>query</search> and the results appear between <information> and "
+    "</information>. When you have found what is needed, write your findings as "
+    "<answer>findings</answer>."
+)
+PLANNED_ANSWER_PROMPT = (
+    "Question: {question}\n\nSub-questions:\n{subquestions}\n\nSearch results:\n{information}"
+    "\n\nSearcher's findings: {findings}\n\nReply with the answer as <answer>answer</answer> "
+    "(a few words)."
+)
+ROUTE_PROMPT = (
+    "Question: {question}\n\nHow should it be answered?\n"
+    "- direct: answer from memory, without searching\n"
+    "- search: one searcher looks it up\n"
+    "- parallel: {k} query writers search at once\n"
+    "Reply with one word: direct, search or parallel."
+)
+DIRECT_PROMPT = "Question: {question}\n\nReply with the answer as <answer>answer</answer> (a few words)."
+
+ROUTES = ("direct", "search", "parallel")
+
+
+def _check_env(env: Any, where: str) -> None:
+    if env is not None and not isinstance(env, SearchEnv):
+        raise ValueError(
+            f"{where}.env must be a SearchEnv (srpo builds it from the config's task.search "
+            f"section), got {type(env).__name__}"
+        )
+
+
+def _need_env(env: SearchEnv | None, name: str) -> SearchEnv:
+    if env is None:
+        raise ValueError(
+            f"workflow {name!r} has no search environment: run it with task.name: search (srpo "
+            f"builds the retriever from task.search), or construct it with env=SearchEnv(...)"
+        )
+    return env
+
+
+def _positive(where: str, value: Any, *, none_ok: bool = False) -> None:
+    if none_ok and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{where} must be an int >= 1, got {value!r}")
+
+
+def _finish(task: Task, ctx: EpisodeContext, stats: SearchStats, answer: Output | str,
+            agent: str) -> RewardComponents:
+    """Score the answer; record the search counts and the unweighted answer scores."""
+    components = ctx.score(answer, agent=agent)
+    ctx.metadata.update(stats.metadata(task.metadata))
+    if task.answer is not None:
+        text = answer.text if isinstance(answer, Output) else answer
+        ctx.metadata.update({f"score_{k}": v for k, v in answer_scores(task, text).items()})
+    return components
+
+
+@dataclass
+class SearchLoop:
+    """What one searcher's turns produced.
+
+    output: the searcher's output (one member spanning the turns); texts: its generations
+    (observations excluded); answer: the content of its answer block (None: no answer).
+    """
+
+    output: Output
+    texts: list[str]
+    answer: str | None
+
+    @property
+    def generated(self) -> str:
+        """The generations joined by newlines: what the reward reads (no observations)."""
+        return "\n".join(self.texts)
+
+
+def search_loop(env: SearchEnv, ctx: EpisodeContext, agent: str, prompt: str,
+                stats: SearchStats, max_turns: int):
+    """Run one searcher until it answers or `max_turns` generations are spent (a generator:
+    `loop = yield from search_loop(...)`). A search in the last allowed generation is not run
+    (no turn is left to read it): the budget is exhausted (stats.budget_exhausted = 1)."""
+    out = yield Request(agent, prompt)
+    texts = []
+    for turn in range(1, max_turns + 1):
+        texts.append(out.last_text)
+        stats.turns += 1
+        parsed = parse_turn(out.last_text)
+        if parsed.answer is not None:
+            return SearchLoop(out, texts, parsed.answer)
+        if turn == max_turns:
+            break
+        ctx.observe(out, env.observation(parsed, stats))
+        out = yield Continue(out)
+    stats.budget_exhausted = 1
+    return SearchLoop(out, texts, None)
+
+
+@dataclass
+class SearchSingle:
+    """One searcher, multi-turn: search until it answers or the turn budget ends.
+
+    Transitions: "search" {searcher} (one member spanning its turns). Reward: its generations.
+    max_turns: the turn budget (None: the environment's, task.search.max_turns).
+    prompt fields: {question}.
+    """
+
+    searcher: str = "searcher"
+    max_turns: int | None = None
+    prompt: str = SEARCH_PROMPT
+    env: SearchEnv | None = None
+
+    name = "search_single"
+    description = (
+        "one searcher, multi-turn <search>/<answer> with masked observations: one set of 1 "
+        "('search')"
+    )
+
+    def __post_init__(self) -> None:
+        _positive("search_single.max_turns", self.max_turns, none_ok=True)
+        check_template(self.prompt, ["question"], where="search_single.prompt")
+        _check_env(self.env, "search_single")
+
+    @property
+    def agents(self) -> tuple[str, ...]:
+        return (self.searcher,)
+
+    def with_search_env(self, env: SearchEnv) -> SearchSingle:
+        return dataclasses.replace(self, env=env)
+
+    def run(self, task: Task, ctx: EpisodeContext) -> WorkflowRun:
+        env = _need_env(self.env, self.name)
+        stats = SearchStats()
+        loop = yield from search_loop(env, ctx, self.searcher,
+                                      self.prompt.format(question=task.prompt), stats,
+                                      self.max_turns or env.max_turns)
+        ctx.transition("search", [loop.output])
+        return _finish(task, ctx, stats, loop.generated, self.searcher)
+
+
+@dataclass
+class SearchParallel:
+    """k query writers, one retrieval, an answerer that answers or asks for another round.
+
+    Round r: each writer proposes a query (<search>q</search>; its first max_calls_per_turn
+    queries run); their outputs form ONE set "query-r" (size k): ONE retriever call runs all
+    their queries. The answerer reads everything found so far (dedup by doc id, by best rank)
+    and replies <answer>...</answer>, or says what is missing: then round r+1 (up to `rounds`;
+    the last round's answerer is told to answer). Its output is the set "read-r" (size 1).
+    Reward: the last answerer's output. A writer output without a valid query is counted in
+    search_invalid (it stays in the set: the transition consumed it).
+    query_prompt fields: {question}, {found}, {note}; read_prompt: {question}, {information},
+    {instruction}.
+    """
+
+    k: int = 3
+    writer: str = "query_writer"
+    writers: list[str] | None = None  # distinct roles per slot; overrides k and writer
+    answerer: str = "answerer"
+    rounds: int = 2
+    query_prompt: str = QUERY_PROMPT
+    read_prompt: str = READ_PROMPT
+    env: SearchEnv | None = None
+
+    name = "search_parallel"
+    description = (
+        "k query writers -> one retrieval -> an answerer, up to R rounds: sets of k "
+        "('query-r') and 1 ('read-r')"
+    )
+
+    def __post_init__(self) -> None:
+        if self.writers is not None:
+            if not self.writers:
+                raise ValueError("search_parallel.writers must name at least one agent")
+            self.writers = list(self.writers)
+            self.k = len(self.writers)
+        _positive("search_parallel.k", self.k)
+        _positive("search_parallel.rounds", self.rounds)
+        check_template(self.query_prompt, ["question", "found", "note"],
+                       where="search_parallel.query_prompt")
+        check_template(self.read_prompt, ["question", "information", "instruction"],
+                       where="search_parallel.read_prompt")
+        _check_env(self.env, "search_parallel")
+
+    @property
+    def slots(self) -> list[str]:
+        return list(self.writers) if self.writers is not None else [self.writer] * self.k
+
+    @property
+    def agents(self) -> tuple[str, ...]:
+        return (*dict.fromkeys(self.slots), self.answerer)
+
+    def with_search_env(self, env: SearchEnv) -> SearchParallel:
+        return dataclasses.replace(self, env=env)
+
+    def run(self, task: Task, ctx: EpisodeContext) -> WorkflowRun:
+        env = _need_env(self.env, self.name)
+        stats = SearchStats()
+        q = task.prompt
+        found, note = "(nothing yet)", "everything"
+        for r in range(1, self.rounds + 1):
+            prompt = self.query_prompt.format(question=q, found=found, note=note)
+            writers = yield [Request(w, prompt) for w in self.slots]
+            ctx.transition(f"query-{r}", writers)
+            queries: list[str] = []
+            for out in writers:
+                stats.turns += 1
+                parsed = parse_turn(out.text)
+                if parsed.errors or not parsed.queries:
+                    env.invalid(parsed, stats)
+                    continue
+                queries += env.split_calls(parsed, stats)[0]
+            env.retrieve(queries, stats)  # one call for the whole set
+            found = env.information(stats).strip()
+            last = r == self.rounds
+            reader = yield Request(self.answerer, self.read_prompt.format(
+                question=q, information=found,
+                instruction=FINAL_INSTRUCTION if last else MORE_INSTRUCTION))
+            ctx.transition(f"read-{r}", [reader])
+            if parse_turn(reader.text).answer is not None:
+                break
+            note = " ".join(reader.text.split()) or "(not said)"
+        else:
+            stats.budget_exhausted = 1
+        ctx.metadata["search_rounds"] = r
+        return _finish(task, ctx, stats, reader, self.answerer)
+
+
+@dataclass
+class SearchPlanner:
+    """Planner -> searcher (multi-turn) -> answerer.
+
+    The planner writes numbered sub-questions ("plan", size 1; parsed like `planner`'s plans;
+    none found: the question itself is the only one, metadata plan_fallback = 1). The searcher
+    looks them up, multi-turn, until it writes its findings as <answer>...</answer> or its turn
+    budget ends ("search", size 1, one member spanning its turns). The answerer reads the
+    sub-questions, everything retrieved (dedup by doc id, by best rank) and the findings, and
+    answers ("answer", size 1); its answer is scored.
+    Prompt fields: plan_prompt {question}; search_prompt {question}, {subquestions};
+    answer_prompt {question}, {subquestions}, {information}, {findings}.
+    """
+
+    planner: str = "planner"
+    searcher: str = "searcher"
+    answerer: str = "answerer"
+    max_turns: int | None = None
+    plan_prompt: str = PLAN_PROMPT
+    search_prompt: str = PLANNED_SEARCH_PROMPT
+    answer_prompt: str = PLANNED_ANSWER_PROMPT
+    env: SearchEnv | None = None
+
+    name = "search_planner"
+    description = (
+        "planner -> multi-turn searcher -> answerer: sets of 1 ('plan', 'search', 'answer')"
+    )
+
+    def __post_init__(self) -> None:
+        _positive("search_planner.max_turns", self.max_turns, none_ok=True)
+        check_template(self.plan_prompt, ["question"], where="search_planner.plan_prompt")
+        check_template(self.search_prompt, ["question", "subquestions"],
+                       where="search_planner.search_prompt")
+        check_template(self.answer_prompt, ["question", "subquestions", "information",
+                                            "findings"], where="search_planner.answer_prompt")
+        _check_env(self.env, "search_planner")
+
+    @property
+    def agents(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys([self.planner, self.searcher, self.answerer]))
+
+    def with_search_env(self, env: SearchEnv) -> SearchPlanner:
+        return dataclasses.replace(self, env=env)
+
+    def run(self, task: Task, ctx: EpisodeContext) -> WorkflowRun:
+        env = _need_env(self.env, self.name)
+        stats = SearchStats()
+        q = task.prompt
+        plan = yield Request(self.planner, self.plan_prompt.format(question=q))
+        ctx.transition("plan", [plan])
+        steps = parse_plan(plan.text)
+        ctx.metadata["plan_steps"] = len(steps)
+        ctx.metadata["plan_fallback"] = int(not steps)
+        subquestions = "\n".join(f"{i}. {s}" for i, s in enumerate(steps or [q], 1))
+        loop = yield from search_loop(
+            env, ctx, self.searcher,
+            self.search_prompt.format(question=q, subquestions=subquestions), stats,
+            self.max_turns or env.max_turns,
+        )
+        ctx.transition("search", [loop.output])
+        final = yield Request(self.answerer, self.answer_prompt.format(
+            question=q, subquestions=subquestions, information=env.information(stats).strip(),
+            findings=loop.answer if loop.answer else "(none)"))
+        ctx.transition("answer", [final])
+        return _finish(task, ctx, stats, final, self.answerer)
+
+
+@dataclass
+class SearchRouted:
+    """A router picks, per question, how to answer: "direct" (the answerer, no retrieval),
+    "search" (search_single with `search_turns` turns: 2 = search once, then answer) or
+    "parallel" (search_parallel with k writers and `parallel_rounds` rounds).
+
+    Transitions: "route" {router}, then the route's: "answer" {answerer} | "search" {searcher}
+    | "query-r" {k writers}, "read-r" {answerer}.
+    Strict parsing: the reply, stripped, must be exactly one of the route names. Anything else
+    is invalid: the `fallback` route runs, and the episode gets route_penalty = -penalty (0.0
+    on valid replies, so every episode carries it); metadata records route, route_invalid
+    (0/1) and route_error, counted by rollout_metrics as route/invalid (as in `routed`).
+    route_prompt fields: {question}, {k}; direct_prompt: {question}.
+    """
+
+    router: str = "router"
+    answerer: str = "answerer"
+    searcher: str = "searcher"
+    writer: str = "query_writer"
+    k: int = 3
+    search_turns: int = 2
+    parallel_rounds: int = 1
+    fallback: str = "search"
+    penalty: float = 0.5
+    route_prompt: str = ROUTE_PROMPT
+    direct_prompt: str = DIRECT_PROMPT
+    env: SearchEnv | None = None
+    _single: SearchSingle = field(init=False, repr=False)
+    _parallel: SearchParallel = field(init=False, repr=False)
+
+    name = "search_routed"
+    description = (
+        "a router picks direct answer / one searcher / k parallel query writers per "
+        "question: 'route' 1, then that route's sets; invalid choices fall back, penalized"
+    )
+
+    def __post_init__(self) -> None:
+        if self.fallback not in ROUTES:
+            raise ValueError(
+                f"search_routed.fallback must be one of {list(ROUTES)}, got {self.fallback!r}"
+            )
+        if isinstance(self.penalty, bool) or not self.penalty >= 0:
+            raise ValueError(f"search_routed.penalty must be >= 0, got {self.penalty!r}")
+        check_template(self.route_prompt, ["question", "k"], where="search_routed.route_prompt")
+        check_template(self.direct_prompt, ["question"], where="search_routed.direct_prompt")
+        _check_env(self.env, "search_routed")
+        self._single = SearchSingle(searcher=self.searcher, max_turns=self.search_turns,
+                                    env=self.env)
+        self._parallel = SearchParallel(k=self.k, writer=self.writer, answerer=self.answerer,
+                                        rounds=self.parallel_rounds, env=self.env)
+
+    @property
+    def agents(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys([self.router, self.answerer, self.searcher, self.writer]))
+
+    def with_search_env(self, env: SearchEnv) -> SearchRouted:
+        return dataclasses.replace(self, env=env)
+
+    def run(self, task: Task, ctx: EpisodeContext) -> WorkflowRun:
+        _need_env(self.env, self.name)
+        route = yield Request(self.router,
+                              self.route_prompt.format(question=task.prompt, k=self.k))
+        ctx.transition("route", [route])
+        choice = route.text.strip()
+        if choice in ROUTES:
+            penalty = 0.0
+            ctx.metadata["route_invalid"] = 0
+        else:
+            ctx.metadata["route_invalid"] = 1
+            ctx.metadata["route_error"] = (
+                "empty reply" if not choice else f"unknown route {choice[:40]!r}"
+            )
+            choice, penalty = self.fallback, -float(self.penalty)
+        ctx.metadata["route"] = choice
+        if choice == "search":
+            components = yield from self._single.run(task, ctx)
+        elif choice == "parallel":
+            components = yield from self._parallel.run(task, ctx)
+        else:
+            final = yield Request(self.answerer, self.direct_prompt.format(question=task.prompt))
+            ctx.transition("answer", [final])
+            components = _finish(task, ctx, SearchStats(), final, self.answerer)
+        return {**components, "route_penalty": penalty}
+
+
+SEARCH_WORKFLOWS = (SearchSingle, SearchParallel, SearchPlanner, SearchRouted)
