@@ -118,13 +118,12 @@ class AgentConfig:
     sampling: dict[str, Any] = field(default_factory=dict)  # overrides of `sampling` fields
 
     def __post_init__(self) -> None:
+        from srpo.workflows.base import check_template
+
         try:
-            self.template.format(input="")
-        except (KeyError, IndexError, ValueError) as e:
-            raise ConfigError(
-                f"agent template {self.template!r} may only use the field {{input}} (write {{{{ "
-                f"and }}}} for literal braces): {e!r}"
-            ) from e
+            check_template(self.template, ["input"], where="agent template")
+        except ValueError as e:
+            raise ConfigError(str(e)) from e
 
 
 @dataclass

@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from srpo.workflows.base import check_template
+
 Message = dict[str, str]  # one chat turn: {"role": "system"|"user"|"assistant", "content": str}
 
 
@@ -91,13 +93,7 @@ class AgentSpec:
             raise ValueError(f"agent name must be a non-empty string, got {self.name!r}")
         if not self.policy or not isinstance(self.policy, str):
             raise ValueError(f"agent {self.name!r}: policy must be a non-empty string")
-        try:
-            self.template.format(input="")
-        except (KeyError, IndexError, ValueError) as e:
-            raise ValueError(
-                f"agent {self.name!r}: template must contain only the field {{input}} "
-                f"(write {{{{ and }}}} for literal braces): {e!r}"
-            ) from e
+        check_template(self.template, ["input"], where=f"agent {self.name!r}")
 
     def messages(self, request: str | Sequence[Mapping[str, str]]) -> list[Message]:
         """The full chat this agent is conditioned on for a workflow request.
