@@ -13,6 +13,7 @@ The table (docs/algorithms.md gives the math and the departures):
 
     method    ratio/clip unit        clip (low, high)  advantage unit, grouping        aggregation
     srpo      set (event reduction)  per reduction     set, (task) [or (task, event)]  set_mean
+                                     (mean: 1e-2, 1.3e-2)
     grpo      token                  0.2, 0.2          member, (task, agent)           seq_mean_token_mean
     dapo      token                  0.2, 0.28         member, (task, agent)           token_mean
     dr_grpo   token                  0.2, 0.2          member, (task, agent), no std   token_sum_norm
@@ -53,15 +54,15 @@ GROUP_KEYS: dict[str, tuple[str, ...]] = {
     "episode": ("task",),
 }
 
-# Clip defaults of the set ratio per event reduction (eps_low, eps_high). `mean` and `pooled`
-# are length-normalized like GSPO's sequence ratio and start from GSPO's published 3e-4/4e-4;
-# `member_sum` grows with |S| and `sum` with the total token count, so they get wider ranges.
-# docs/algorithms.md ("Clip defaults") records how these were chosen and measured.
+# Clip defaults of the set ratio per event reduction (eps_low, eps_high), chosen from a
+# measurement (benchmarks/measure_set_ratio_scale.py; docs/algorithms.md "Clip defaults"): the
+# size of each reduction's Lambda_S one optimizer step after the old policy, so that about a
+# quarter of sets fall outside the range (~10-15% clipped, once the advantage's sign is counted).
 SET_CLIP_DEFAULTS: dict[str, tuple[float, float]] = {
-    "mean": (3e-4, 4e-4),
-    "pooled": (3e-4, 4e-4),
-    "member_sum": (1e-3, 1.5e-3),
-    "sum": (0.2, 0.28),
+    "mean": (1e-2, 1.3e-2),
+    "pooled": (1e-2, 1.3e-2),
+    "member_sum": (3e-2, 4e-2),
+    "sum": (0.4, 0.65),
 }
 
 

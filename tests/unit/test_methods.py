@@ -170,7 +170,8 @@ def test_spec_validation():
         get_method("srpo", group_keys=("task", "agent"))
     with pytest.raises(ValueError, match="set- or episode-level advantages"):
         get_method("srpo", advantage_unit="member")
-    assert get_method("srpo", reduction="sum").clip_high == 0.28  # reduction-specific default
+    assert get_method("srpo", reduction="sum").clip_high == 0.65  # reduction-specific default
+    assert get_method("srpo").clip_low == 1e-2
 
 
 def test_empty_generation_is_rejected_when_batching():
