@@ -11,106 +11,15 @@ MATH-500 record: {"problem": str, "answer": str, "solution"?, "subject"?, "level
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
 
+from srpo.tasks.records_io import Record, read_records
+from srpo.tasks.records_io import load_tasks as _load
+from srpo.tasks.records_io import record_source as _source
+from srpo.tasks.records_io import require_field as _require
 from srpo.types import Task
 
-Record = dict[str, Any]
-
-
-def _iter_jsonl(path: Path) -> Iterator[tuple[str, Record]]:
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:line {lineno}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: invalid JSON ({e.msg})") from e
-            if not isinstance(record, dict):
-                raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
-            yield where, record
-
-
-def _iter_parquet(path: Path) -> Iterator[tuple[str, Record]]:
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:  # pragma: no cover - depends on the environment
-        try:
-            import pandas as pd
-        except ImportError as e:
-            raise ImportError(f"reading {path} needs pyarrow or pandas") from e
-        rows = [{k: _py(v) for k, v in r.items()} for r in pd.read_parquet(path).to_dict("records")]
-    else:
-        rows = pq.read_table(path).to_pylist()  # plain Python values, no numpy scalars
-    for i, record in enumerate(rows):
-        yield f"{path}:record {i}", record
-
-
-def _py(value: Any) -> Any:
-    """A numpy scalar as its Python value (pandas fallback only)."""
-    return value.item() if hasattr(value, "item") and not isinstance(value, (str, bytes)) else value
-
-
-def read_records(path: str | Path) -> Iterator[tuple[str, Record]]:
-    """(location, record) pairs of a local JSONL or Parquet file; location names line/record."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"dataset file not found: {path} (srpo never downloads data by default; pass a "
-            f"local .jsonl/.parquet path, or hub_id=... to opt in to datasets.load_dataset)"
-        )
-    suffix = path.suffix.lower()
-    if suffix in (".jsonl", ".json", ".ndjson"):
-        return _iter_jsonl(path)
-    if suffix == ".parquet":
-        return _iter_parquet(path)
-    raise ValueError(f"{path}: unsupported file type {suffix!r}; use .jsonl or .parquet")
-
-
-def _hub_records(hub_id: str, hub_config: str | None, split: str) -> Iterator[tuple[str, Record]]:
-    """Records of a Hugging Face hub dataset; only reached when the caller passed hub_id."""
-    import datasets
-
-    ds = datasets.load_dataset(hub_id, hub_config, split=split)
-    for i, record in enumerate(ds):
-        yield f"{hub_id}[{split}]:record {i}", dict(record)
-
-
-def _require(record: Record, where: str, field: str) -> Any:
-    value = record.get(field)
-    if value is None or (isinstance(value, str) and not value.strip()):
-        raise ValueError(f"{where}: record is missing required field {field!r}")
-    return value
-
-
-def _load(
-    records: Iterable[tuple[str, Record]],
-    to_task: Callable[[int, str, Record], Task],
-    limit: int | None,
-) -> list[Task]:
-    tasks: list[Task] = []
-    seen: dict[str, str] = {}
-    for index, (where, record) in enumerate(records):
-        if limit is not None and len(tasks) >= limit:
-            break
-        task = to_task(index, where, record)
-        if task.task_id in seen:
-            raise ValueError(
-                f"{where}: duplicate task id {task.task_id!r} (first at {seen[task.task_id]})"
-            )
-        seen[task.task_id] = where
-        tasks.append(task)
-    return tasks
-
-
-def _source(path: str | Path | None, hub_id: str | None, hub_config: str | None, split: str):
-    if (path is None) == (hub_id is None):
-        raise ValueError("pass exactly one of path= (a local file) or hub_id= (opt-in download)")
-    return read_records(path) if path is not None else _hub_records(hub_id, hub_config, split)
+__all__ = ["Record", "gsm8k_final_answer", "load_gsm8k", "load_math500", "read_records"]
 
 
 def gsm8k_final_answer(solution: str) -> str | None:

