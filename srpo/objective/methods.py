@@ -26,7 +26,7 @@ The table (docs/algorithms.md gives the math and the departures):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import torch

@@ -13,7 +13,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import torch
 from safetensors.torch import load_file
 
 from srpo.cli import main
