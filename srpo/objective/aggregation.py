@@ -22,6 +22,8 @@ so they are averaged the way the method averages its objective.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
@@ -40,6 +42,20 @@ def check_aggregation(name: str) -> None:
         raise ValueError(f"unknown loss aggregation {name!r}; choose one of {list(AGGREGATIONS)}")
 
 
+class StepTotals(NamedTuple):
+    """Counts of a whole optimizer step when its rows are spread over several processes.
+
+    Each process only sees its own rows; weights that divide by these totals (instead of the
+    local counts) make the processes' losses sum to the loss of the whole step.
+    agent_members: [num_agents] float, aligned with the caller's agent_index.
+    """
+
+    num_sets: int
+    num_members: int
+    num_tokens: float
+    agent_members: Tensor
+
+
 def token_weights(
     aggregation: str,
     mask: Tensor,
@@ -48,33 +64,36 @@ def token_weights(
     *,
     agent_index: Tensor | None = None,
     norm_constant: float | None = None,
+    totals: StepTotals | None = None,
 ) -> Tensor:
     """w_{m,t} for a whole optimizer step.
 
     mask: [M, T] bool; set_index: [M] long; agent_index: [M] long (agent_seq_mean_token_mean only);
     norm_constant: C for token_sum_norm (Dr. GRPO divides by a constant, the generation budget,
-    not by the realised lengths). Returns [M, T] float32, zero where mask is False.
+    not by the realised lengths); totals: the step's counts over every process (None: this
+    batch is the whole step). Returns [M, T] float32, zero where mask is False.
     """
     check_aggregation(aggregation)
     fmask = mask.to(torch.float32)  # [M, T]
     lengths = fmask.sum(dim=-1, keepdim=True)  # [M, 1]
-    num_members = mask.shape[0]
+    n_sets = totals.num_sets if totals else num_sets
+    n_members = totals.num_members if totals else mask.shape[0]
     if aggregation == "set_mean":
         set_sizes = torch.bincount(set_index, minlength=num_sets).to(torch.float32)  # [S]
-        per_member = 1.0 / (num_sets * set_sizes[set_index].unsqueeze(-1) * lengths)  # [M, 1]
+        per_member = 1.0 / (n_sets * set_sizes[set_index].unsqueeze(-1) * lengths)  # [M, 1]
         return fmask * per_member
     if aggregation in ("member_mean", "seq_mean_token_mean"):
-        return fmask / (num_members * lengths)
+        return fmask / (n_members * lengths)
     if aggregation == "token_mean":
-        return fmask / fmask.sum()
+        return fmask / (totals.num_tokens if totals else fmask.sum())
     if aggregation == "token_sum_norm":
         if norm_constant is None or norm_constant <= 0:
             raise ValueError("token_sum_norm needs a positive norm_constant (e.g. max new tokens)")
-        return fmask / (num_members * float(norm_constant))
+        return fmask / (n_members * float(norm_constant))
     # agent_seq_mean_token_mean
     if agent_index is None:
         raise ValueError("agent_seq_mean_token_mean needs agent_index [M]")
-    agent_counts = torch.bincount(agent_index).to(torch.float32)  # [num_agents]
+    agent_counts = totals.agent_members if totals else torch.bincount(agent_index).to(torch.float32)
     return fmask / (agent_counts[agent_index].unsqueeze(-1) * lengths)
 
 

@@ -26,6 +26,8 @@ The table (docs/algorithms.md gives the math and the departures):
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
@@ -34,7 +36,7 @@ from torch import Tensor
 
 from srpo.batch import FlatBatch
 from srpo.objective.advantages import SCALES, group_index_from_keys, relative_advantages
-from srpo.objective.aggregation import check_aggregation, token_weights
+from srpo.objective.aggregation import StepTotals, check_aggregation, token_weights
 from srpo.objective.diagnostics import (
     kl_k3,
     response_length_metrics,
@@ -234,14 +236,45 @@ def step_advantages(spec: MethodSpec, batch: FlatBatch, eps: float = 1e-6) -> St
     return StepAdvantages(member, res.advantages, res.num_groups, res.degenerate_groups)
 
 
-def step_token_weights(spec: MethodSpec, batch: FlatBatch) -> Tensor:
-    """Aggregation weights [M, T] of the whole step (see srpo.objective.aggregation)."""
+def step_token_weights(
+    spec: MethodSpec,
+    batch: FlatBatch,
+    *,
+    totals: Mapping[str, Any] | None = None,
+) -> Tensor:
+    """Aggregation weights [M, T] of the whole step (see srpo.objective.aggregation).
+
+    totals: when the step's rows are spread over several processes, the step's counts over all
+    of them, as `step_counts` returns them summed (srpo.train.distributed); None: this batch is
+    the whole step.
+    """
+    agents = list(dict.fromkeys(batch.member_agent))
     agent_index = group_index_from_keys(batch.member_agent)
-    constant = spec.norm_constant if spec.norm_constant is not None else float(batch.response_mask.shape[1])
+    width = totals["response_width"] if totals else batch.response_mask.shape[1]
+    constant = spec.norm_constant if spec.norm_constant is not None else float(width)
+    step_totals = None
+    if totals:
+        step_totals = StepTotals(
+            num_sets=int(totals["sets"]),
+            num_members=int(totals["members"]),
+            num_tokens=float(totals["tokens"]),
+            agent_members=torch.tensor([float(totals["agents"][a]) for a in agents]),
+        )
     return token_weights(
         spec.aggregation, batch.response_mask, batch.set_index, batch.num_sets,
-        agent_index=agent_index, norm_constant=constant,
+        agent_index=agent_index, norm_constant=constant, totals=step_totals,
     )
+
+
+def step_counts(batch: FlatBatch) -> dict[str, Any]:
+    """The counts aggregation weights depend on, for summing over processes."""
+    return {
+        "sets": batch.num_sets,
+        "members": batch.num_members,
+        "tokens": float(batch.response_mask.sum()),
+        "agents": dict(Counter(batch.member_agent)),
+        "response_width": batch.response_mask.shape[1],  # max over processes, not a sum
+    }
 
 
 def prepare_step(

@@ -30,11 +30,26 @@ import yaml
 from srpo.batch import FlatBatch, build_flat_batch, pack_sets
 from srpo.config import Config, to_dict
 from srpo.objective.diagnostics import kl_k3, masked_token_mean
-from srpo.objective.methods import MethodSpec, get_method, method_policy_loss, prepare_step, step_token_weights
+from srpo.objective.methods import (
+    MethodSpec,
+    get_method,
+    method_policy_loss,
+    prepare_step,
+    step_counts,
+    step_token_weights,
+)
 from srpo.rollout.build import build_policies, build_rollout, load_tasks
 from srpo.rollout.policies import PolicySet
 from srpo.rollout.runner import rollout_metrics
 from srpo.train.checkpoint import TrainState, config_fingerprint, latest_checkpoint, load_checkpoint, save_checkpoint
+from srpo.train.distributed import (
+    all_reduce_gradients,
+    barrier,
+    broadcast_from_main,
+    check_data_parallel,
+    init_distributed,
+    sum_counts,
+)
 from srpo.train.evaluate import EvalResult, evaluate
 from srpo.train.forward import batch_logprobs
 from srpo.train.metrics_log import MetricsLogger
@@ -96,13 +111,21 @@ def _mean_metrics(parts: list[dict[str, float]]) -> dict[str, float]:
 
 class Trainer:
     def __init__(self, cfg: Config, *, policies: PolicySet | None = None):
-        self.cfg = cfg
         t = cfg.train
         self.spec: MethodSpec = get_method(t.method, **t.method_settings)
+        self.dist = init_distributed(cfg.device)
+        if self.dist.active:
+            check_data_parallel(self.spec)
+            if t.tasks_per_step < self.dist.world:
+                raise ValueError(f"train.tasks_per_step ({t.tasks_per_step}) must be >= the number "
+                                 f"of processes ({self.dist.world}): ranks own whole tasks")
+            if cfg.device.startswith("cuda"):
+                cfg = dataclasses.replace(cfg, device=f"cuda:{self.dist.local_rank}")
         # "{time}" in output_dir gives every run of a preset its own directory
-        self.run_dir = Path(cfg.output_dir.replace("{time}", time.strftime("%Y%m%d-%H%M%S")))
+        run_dir = cfg.output_dir.replace("{time}", time.strftime("%Y%m%d-%H%M%S"))
         if cfg.resume and "{time}" in cfg.output_dir:
             raise ValueError("resume=true needs the run's actual output_dir, not a {time} template")
+        self.run_dir = Path(broadcast_from_main(self.dist, run_dir))
         self.cfg = cfg = dataclasses.replace(cfg, output_dir=str(self.run_dir))
         self.fingerprint = fingerprint_of(cfg)
         if t.threads:
@@ -119,6 +142,8 @@ class Trainer:
             betas=tuple(t.adam_betas), warmup_steps=t.warmup_steps,
         )
         self.reference = self._build_reference() if t.kl_beta > 0 else None
+        if self.dist.active:  # identical replicas above; different samples from here on
+            torch.manual_seed(cfg.seed + 1_000_003 * self.dist.rank)
         self.train_tasks = load_tasks(cfg.task, split="train")
         self.heldout_tasks = load_tasks(cfg.task, split="heldout", limit=cfg.eval.size) if cfg.eval.size != 0 else []
         self.step = 0
@@ -206,7 +231,8 @@ class Trainer:
         picked = [order[(offset + j) % len(pool)] for j in range(n)]
         if len(set(picked)) < len(picked):
             raise ValueError(f"train.tasks_per_step ({n}) exceeds task.train_size ({len(pool)})")
-        return [pool[i] for i in picked]
+        # with several processes each owns whole tasks (groups and sets never cross ranks)
+        return [pool[i] for i in picked[self.dist.rank :: self.dist.world]]
 
     def rollout(self, step: int) -> list[Episode]:
         self.runner.seed = self.cfg.seed * 1_000_003 + step  # fresh workflow draws every step
@@ -279,7 +305,8 @@ class Trainer:
             for chunk in _split(order, t.minibatches):
                 # N_sets and every other count are those of this optimizer step
                 mb = batch.select_sets(chunk)
-                mb = dataclasses.replace(mb, token_weights=step_token_weights(self.spec, mb))
+                totals = sum_counts(self.dist, step_counts(mb)) if self.dist.active else None
+                mb = dataclasses.replace(mb, token_weights=step_token_weights(self.spec, mb, totals=totals))
                 for opt in self.optimizers.values():
                     opt.zero_grad(set_to_none=True)
                 for ids in pack_sets(mb, t.micro_batch_tokens):
@@ -297,6 +324,8 @@ class Trainer:
                     loss.backward()
                     parts.append(m)
                 for name, params in self.params.items():
+                    if self.dist.active:
+                        all_reduce_gradients(self.dist, params)
                     norm = torch.nn.utils.clip_grad_norm_(params, t.grad_clip if t.grad_clip > 0 else math.inf)
                     grad_norms[name].append(float(norm))
                     self.optimizers[name].step()
@@ -308,7 +337,11 @@ class Trainer:
         return metrics
 
     def evaluate(self, label: str) -> EvalResult | None:
+        """Held-out accuracy, on rank 0 (the others wait)."""
         if not self.heldout_tasks:
+            return None
+        if not self.dist.is_main:
+            barrier(self.dist)
             return None
         for model in self.policies.models():
             model.eval()
@@ -316,16 +349,21 @@ class Trainer:
             result, _ = evaluate(self.runner, self.workflow, self.heldout_tasks, seed=self.cfg.seed)
         print(f"[eval {label}] {result.summary()}  per agent: "
               + ", ".join(f"{a} {100 * v:.1f}%" for a, v in sorted(result.per_agent.items())), flush=True)
+        barrier(self.dist)
         return result
 
     # ------------------------------------------------------------------ the loop
 
     def train(self) -> TrainResult:
         cfg, t = self.cfg, self.cfg.train
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-        logger = MetricsLogger(self.run_dir, tensorboard=cfg.checkpoint.tensorboard,
-                               wandb={"config": to_dict(cfg)} if cfg.checkpoint.wandb else None)
+        main = self.dist.is_main
+        if main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        logger = _NoLogger()
+        if main:
+            logger = MetricsLogger(self.run_dir, tensorboard=cfg.checkpoint.tensorboard,
+                                   wandb={"config": to_dict(cfg)} if cfg.checkpoint.wandb else None)
         result = TrainResult(self.run_dir, 0)
         if self._resume_from is not None:
             loaded = load_checkpoint(self._resume_from, self._state())
@@ -361,10 +399,13 @@ class Trainer:
                         metrics.update(ev.metrics("eval"))
                 logger.log(self.step, metrics)
                 result.history.append(metrics)
-                print(_progress_line(self.step, t.steps, metrics, timer), flush=True)
+                if main:
+                    print(_progress_line(self.step, t.steps, metrics, timer), flush=True)
                 every = cfg.checkpoint.every
                 if self.step == t.steps or (every and self.step % every == 0):
-                    save_checkpoint(self.run_dir, self._state(), keep_last=cfg.checkpoint.keep_last)
+                    if main:  # replicas are identical: one writer
+                        save_checkpoint(self.run_dir, self._state(), keep_last=cfg.checkpoint.keep_last)
+                    barrier(self.dist)
             result.steps_done = self.step
             if cfg.eval.after:
                 result.after = self.evaluate("after")
@@ -372,12 +413,13 @@ class Trainer:
                     logger.log(self.step, result.after.metrics("eval"))
         finally:
             logger.close()
-        if cfg.checkpoint.plots:
+        if main and cfg.checkpoint.plots:
             from srpo.train.plots import plot_run
 
             plot_run(self.run_dir)
-        if cfg.checkpoint.export:
+        if main and cfg.checkpoint.export:
             self.export()
+        barrier(self.dist)
         return result
 
     def export(self) -> list[Path]:
@@ -390,6 +432,14 @@ class Trainer:
             out.append(export_policy(p.model, p.tokenizer, self.run_dir / "export" / name,
                                      adapter=p.adapter, overwrite=True))
         return out
+
+
+class _NoLogger:
+    """The metrics log of ranks other than 0."""
+
+    def log(self, step: int, metrics: dict[str, float]) -> None: ...
+    def resume(self, step: int) -> int: return 0
+    def close(self) -> None: ...
 
 
 def _split(order: list[int], parts: int) -> list[list[int]]:
