@@ -43,6 +43,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(f"srpo train: {e}", file=sys.stderr)
         return 2
     result = trainer.train()
+    if not trainer.dist.is_main:  # data-parallel runs: rank 0 reports
+        return 0
     wall = time.perf_counter() - start
     print(f"run directory: {result.run_dir}  ({result.steps_done} steps, {wall:.0f} s)")
     if result.before and result.after:
