@@ -58,7 +58,7 @@ from srpo.types import Episode, Task
 
 # Config fields that may change between a run and its resumption (they do not change the
 # computation of the steps already done).
-RESUMABLE_FIELDS = ("output_dir", "resume", "train.steps", "eval", "checkpoint")
+RESUMABLE_FIELDS = ("output_dir", "resume", "train.steps", "train.threads", "device", "eval", "checkpoint")
 
 
 def fingerprint_of(cfg: Config) -> str:
@@ -368,6 +368,10 @@ class Trainer:
         if self._resume_from is not None:
             loaded = load_checkpoint(self._resume_from, self._state())
             self.step = int(loaded.data_state["next_step"])
+            if self.dist.active:
+                # the checkpoint holds rank 0's RNG state; without this every rank would sample
+                # the same tokens (multi-process resumes are exact in weights, not in samples)
+                torch.manual_seed(cfg.seed + 1_000_003 * self.dist.rank + self.step)
             logger.resume(self.step)
             print(f"resumed from {self._resume_from} at step {self.step}", flush=True)
         elif cfg.eval.before:
