@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import tempfile
 
 import torch
 
@@ -35,7 +36,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
-    cfg = load_config(DEFAULT_CONFIG, ["output_dir=/tmp/srpo-measure-{time}", "eval.size=0", *args.overrides])
+    scratch = tempfile.mkdtemp(prefix="srpo-measure-")  # the trainer's run directory is not kept
+    cfg = load_config(DEFAULT_CONFIG, [f"output_dir={scratch}/run", "eval.size=0", *args.overrides])
     trainer = Trainer(cfg)
     lambdas: dict[str, list[torch.Tensor]] = {r: [] for r in REDUCTIONS}
     sizes: list[torch.Tensor] = []
