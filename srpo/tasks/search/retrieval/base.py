@@ -11,11 +11,14 @@ Rules every retriever here follows (and tests):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from srpo.tasks.search.corpus import corpus_hash
+from srpo.tasks.search.corpus import corpus_hash, validate_documents
 from srpo.tasks.search.records import Document, Passage
 
 
@@ -33,6 +36,21 @@ def check_corpus_hash(expected: str, documents: Sequence[Document], what: str) -
             f"(srpo index) or pass the corpus it was built from"
         )
     return actual
+
+
+def load_saved_index(
+    directory: str | Path, meta_file: str, kind: str, documents: Sequence[Document]
+) -> tuple[Path, dict[str, Any], list[Document], str]:
+    """(directory, its metadata, the validated documents, their hash) of a saved index, after
+    checking that `documents` are the corpus it was built from."""
+    directory = Path(directory)
+    meta_path = directory / meta_file
+    if not meta_path.is_file():
+        raise FileNotFoundError(f"{directory} is not a saved {kind} index (no {meta_file})")
+    meta = json.loads(meta_path.read_text())
+    docs = validate_documents(documents)
+    digest = check_corpus_hash(meta["corpus_hash"], docs, f"the {kind} index in {directory}")
+    return directory, meta, docs, digest
 
 
 def check_search_args(queries: Sequence[str], k: int) -> list[str]:

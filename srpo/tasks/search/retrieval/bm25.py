@@ -21,7 +21,7 @@ from pathlib import Path
 
 from srpo.tasks.search.corpus import corpus_hash, index_text, validate_documents
 from srpo.tasks.search.records import Document, Passage
-from srpo.tasks.search.retrieval.base import check_corpus_hash, check_search_args, to_passages
+from srpo.tasks.search.retrieval.base import check_search_args, load_saved_index, to_passages
 
 META_FILE = "srpo_bm25.json"
 
@@ -90,13 +90,7 @@ class BM25Retriever:
     def load(cls, directory: str | Path, documents: Sequence[Document]) -> BM25Retriever:
         """Reload a saved index for `documents` (must be the corpus it was built from)."""
         bm25s = _import_bm25s()
-        directory = Path(directory)
-        meta_path = directory / META_FILE
-        if not meta_path.is_file():
-            raise FileNotFoundError(f"{directory} is not a saved BM25 index (no {META_FILE})")
-        meta = json.loads(meta_path.read_text())
-        docs = validate_documents(documents)
-        digest = check_corpus_hash(meta["corpus_hash"], docs, f"the BM25 index in {directory}")
+        directory, meta, docs, digest = load_saved_index(directory, META_FILE, "BM25", documents)
         model = bm25s.BM25.load(str(directory), show_progress=False)
         model.backend = "numpy"  # numba (if installed) would JIT-compile for seconds on load
         return cls(docs, model, BM25Settings(**meta["settings"]), digest)

