@@ -59,7 +59,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from srpo.config import ConfigError, load_config
     from srpo.rollout.build import build_rollout, load_tasks
-    from srpo.train.evaluate import evaluate
+    from srpo.train.evaluate import evaluate, write_eval_json
 
     config, overrides = _split_args(args.config, args.overrides)
     path = _resolve_config(config)
@@ -69,11 +69,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         if path.name == "config.yaml" and (path.parent / "export").is_dir():
             policies = _exported_policies(path.parent / "export", cfg)
         runner, workflow = build_rollout(cfg, workflow=args.workflow, policies=policies)
-        tasks = load_tasks(cfg.task, split="heldout", limit=args.n)
+        # the same held-out tasks as the trainer's evaluation (eval.size) unless --n says otherwise
+        tasks = load_tasks(cfg.task, split="heldout", limit=args.n if args.n is not None else (cfg.eval.size or None))
     except (ConfigError, ValueError, FileNotFoundError) as e:
         print(f"srpo eval: {e}", file=sys.stderr)
         return 2
     result, _ = evaluate(runner, workflow, tasks, seed=cfg.seed)
+    if args.out:
+        write_eval_json(args.out, result, label="eval", config=str(path))
     print(result.summary())
     for agent, acc in sorted(result.per_agent.items()):
         print(f"  agent {agent}: {100 * acc:.1f}% of its answers correct")
@@ -119,7 +122,8 @@ def add_train_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("config", nargs="?", help="YAML preset or a run directory")
     p.add_argument("overrides", nargs="*", help="key=value overrides")
     p.add_argument("--workflow", help="evaluate another workflow than the configured one")
-    p.add_argument("--n", type=int, default=None, help="number of held-out tasks (default: task.heldout_size)")
+    p.add_argument("--n", type=int, default=None, help="number of held-out tasks (default: eval.size, else task.heldout_size)")
+    p.add_argument("--out", help="also write the result, with per-task correctness, as JSON here")
     p.set_defaults(handler=_cmd_eval)
 
     p = sub.add_parser("plot", help="write RUN_DIR/plots/*.png from RUN_DIR/metrics.jsonl")

@@ -538,18 +538,23 @@ def apply_overrides(
     """Set each `a.b.c=value` in a nested dict (in place; intermediate dicts are created)."""
     for text in overrides:
         path, value = parse_override(text, cls)
-        node = data
-        for i, part in enumerate(path[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            elif not isinstance(child, dict):
-                raise ConfigError(
-                    f"override {text!r}: {'.'.join(path[: i + 1])} is a value, not a section"
-                )
-            node = child
-        node[path[-1]] = value
+        set_dotted(data, path, value, where=f"override {text!r}")
     return data
+
+
+def set_dotted(data: dict[str, Any], path: Sequence[str], value: Any, *, where: str = "") -> None:
+    """data[a][b][c] = value for path [a, b, c] (in place; missing sections are created)."""
+    if not path or not all(path):
+        raise ConfigError(f"{where or 'key'}: bad key {'.'.join(path)!r}")
+    node = data
+    for i, part in enumerate(path[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        elif not isinstance(child, dict):
+            raise ConfigError(f"{where or '.'.join(path)}: {'.'.join(path[: i + 1])} is a value, not a section")
+        node = child
+    node[path[-1]] = value
 
 
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = (),

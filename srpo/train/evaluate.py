@@ -9,9 +9,13 @@ or the aggregator improved.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from srpo.rollout.runner import RolloutRunner
 from srpo.train.stats import Interval, wilson_interval
@@ -23,6 +27,7 @@ from srpo.workflows.base import Workflow
 class EvalResult:
     workflow: str
     correct: list[bool]  # [n] per held-out task, in task order (for paired comparisons)
+    task_ids: list[str]  # [n] the held-out tasks, in the same order
     accuracy: Interval  # share correct with its 95% Wilson interval
     per_agent: dict[str, float]  # agent -> share of its outputs that are correct
     seconds: float
@@ -41,6 +46,22 @@ class EvalResult:
         }
         out.update({f"{prefix}/agent/{a}": v for a, v in sorted(self.per_agent.items())})
         return out
+
+    def to_dict(self, **extra: Any) -> dict[str, Any]:
+        """Everything a later paired comparison needs: per-item correctness keyed by task id."""
+        a = self.accuracy
+        return {
+            **extra,
+            "workflow": self.workflow,
+            "n": self.n,
+            "accuracy": a.estimate,
+            "ci_low": a.low,
+            "ci_high": a.high,
+            "per_agent": dict(sorted(self.per_agent.items())),
+            "seconds": self.seconds,
+            "task_ids": list(self.task_ids),
+            "correct": [bool(c) for c in self.correct],
+        }
 
     def summary(self) -> str:
         a = self.accuracy
@@ -94,8 +115,19 @@ def evaluate(
     result = EvalResult(
         workflow=workflow.name,
         correct=correct,
+        task_ids=[t.task_id for t in tasks],
         accuracy=wilson_interval(sum(correct), len(correct)),
         per_agent=per_agent,
         seconds=time.perf_counter() - start,
     )
     return result, episodes
+
+
+def write_eval_json(path: str | Path, result: EvalResult, **extra: Any) -> Path:
+    """RESULT as JSON at PATH (write-temp + rename: a reader never sees half a file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(result.to_dict(**extra), indent=1) + "\n")
+    os.replace(tmp, path)
+    return path

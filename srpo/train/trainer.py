@@ -50,7 +50,7 @@ from srpo.train.distributed import (
     init_distributed,
     sum_counts,
 )
-from srpo.train.evaluate import EvalResult, evaluate
+from srpo.train.evaluate import EvalResult, evaluate, write_eval_json
 from srpo.train.forward import batch_logprobs
 from srpo.train.metrics_log import MetricsLogger
 from srpo.train.optim import build_optimizers, policy_parameters
@@ -349,6 +349,9 @@ class Trainer:
             result, _ = evaluate(self.runner, self.workflow, self.heldout_tasks, seed=self.cfg.seed)
         print(f"[eval {label}] {result.summary()}  per agent: "
               + ", ".join(f"{a} {100 * v:.1f}%" for a, v in sorted(result.per_agent.items())), flush=True)
+        # per-item correctness, for paired comparisons across runs (RUN/eval/<label>.json)
+        write_eval_json(self.run_dir / "eval" / f"{label.replace(' ', '-')}.json", result,
+                        label=label, step=self.step)
         barrier(self.dist)
         return result
 

@@ -1,0 +1,277 @@
+"""Tables and plots of a study from its cells' result.json and metrics.jsonl.
+
+Accuracy per cell (setting x method) is the mean held-out accuracy over seeds with a 95%
+t-interval over seeds (n seeds, so a 3-seed interval is wide: that is the honest width). The
+macro-average of a method averages its settings within each seed, then takes the mean and
+t-interval over seeds (only seeds where every setting is done). Methods are compared with the
+reference method item by item: the same held-out problems, the same seed, pooled over settings
+and seeds, as a paired difference with a 95% interval and McNemar's exact test.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from srpo.study.runner import iter_results, read_metrics
+from srpo.study.spec import StudySpec
+from srpo.train.stats import Interval, paired_comparison
+
+# two-sided 95% quantiles of Student's t by degrees of freedom (1..30); normal beyond
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t_interval(values: Sequence[float]) -> Interval:
+    """Mean with a 95% t-interval; one value gives a zero-width interval (reported as n=1)."""
+    n = len(values)
+    if n == 0:
+        raise ValueError("t_interval needs at least one value")
+    mean = sum(values) / n
+    if n == 1:
+        return Interval(mean, mean, mean)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    t = _T975[n - 2] if n - 1 <= len(_T975) else 1.96
+    half = t * sd / math.sqrt(n)
+    return Interval(mean, mean - half, mean + half)
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def _fmt(iv: Interval, n: int) -> str:
+    if n == 1:
+        return f"{_pct(iv.estimate)} (n=1)"
+    return f"{_pct(iv.estimate)} [{_pct(iv.low)}, {_pct(iv.high)}]"
+
+
+def collect(spec: StudySpec) -> dict[str, Any]:
+    """Every cell's result, keyed (setting, method, seed); base cells under method 'base'."""
+    results: dict[tuple[str, str, int], dict[str, Any]] = {}
+    missing = []
+    for cell, result in iter_results(spec):
+        key = (cell.setting, cell.method or "base", cell.seed)
+        if result is None:
+            missing.append("/".join(map(str, key)))
+        else:
+            results[key] = result
+    return {"results": results, "missing": missing}
+
+
+def _aligned(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[bool], list[bool]]:
+    if a["task_ids"] != b["task_ids"]:
+        raise ValueError(f"{a['setting']}/seed{a['seed']}: {a['method']} and {b['method']} were "
+                         "evaluated on different held-out tasks; they cannot be paired")
+    return a["correct"], b["correct"]
+
+
+def summarize(spec: StudySpec) -> dict[str, Any]:
+    """The numbers behind the tables (also written as summary.json)."""
+    got = collect(spec)
+    results = got["results"]
+    methods = [m.name for m in spec.methods]
+    columns = (["base"] if spec.base_eval else []) + methods
+    cells: dict[str, dict[str, Any]] = {}
+    for s in spec.settings:
+        cells[s.name] = {}
+        for m in columns:
+            accs = [results[(s.name, m, seed)]["accuracy"] for seed in spec.seeds if (s.name, m, seed) in results]
+            if accs:
+                iv = t_interval(accs)
+                cells[s.name][m] = {"mean": iv.estimate, "low": iv.low, "high": iv.high, "seeds": len(accs),
+                                    "per_seed": accs}
+    macro: dict[str, Any] = {}
+    for m in columns:
+        per_seed = []
+        for seed in spec.seeds:
+            accs = [results.get((s.name, m, seed), {}).get("accuracy") for s in spec.settings]
+            if all(a is not None for a in accs):
+                per_seed.append(sum(accs) / len(accs))
+        if per_seed:
+            iv = t_interval(per_seed)
+            macro[m] = {"mean": iv.estimate, "low": iv.low, "high": iv.high, "seeds": len(per_seed),
+                        "per_seed": per_seed}
+    paired: dict[str, Any] = {}
+    ref = spec.reference
+    for m in columns:
+        if ref is None or m == ref:
+            continue
+        for scope in [s.name for s in spec.settings] + ["all"]:
+            xs, ys, pairs = [], [], 0
+            for s in spec.settings:
+                if scope not in ("all", s.name):
+                    continue
+                for seed in spec.seeds:
+                    a, b = results.get((s.name, m, seed)), results.get((s.name, ref, seed))
+                    if a and b:
+                        ca, cb = _aligned(a, b)
+                        xs += ca
+                        ys += cb
+                        pairs += 1
+            if xs:
+                c = paired_comparison(xs, ys)  # "after" = the reference: diff = ref - other
+                paired.setdefault(m, {})[scope] = {
+                    "n": c.n, "runs": pairs, "other": c.before, "reference": c.after, "diff": c.diff.estimate,
+                    "low": c.diff.low, "high": c.diff.high, "ref_only": c.gained, "other_only": c.lost,
+                    "p": c.p_value,
+                }
+    budget = {}
+    for m in methods:
+        rows = [r for (s, mm, seed), r in results.items() if mm == m]
+        if rows:
+            budget[m] = {k: sum(r[k] for r in rows) / len(rows)
+                         for k in ("steps", "episodes", "members", "tokens_generated", "train_seconds", "wall_seconds")}
+    return {"spec": spec.name, "reference": ref, "cells": cells, "macro": macro, "paired": paired,
+            "budget": budget, "missing": got["missing"]}
+
+
+def metric_table(spec: StudySpec, metrics: Sequence[str]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per (setting, method) and metric: mean over seeds of the run's mean and of its maximum over
+    steps, and the number of non-finite values (for the stability study)."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for s in spec.settings:
+        for m in spec.methods:
+            runs = [read_metrics(c.directory(spec.output) / "metrics.jsonl")
+                    for c, r in iter_results(spec) if r and c.setting == s.name and c.method == m.name]
+            if not runs:
+                continue
+            row = {}
+            for key in metrics:
+                means, maxes, bad = [], [], 0
+                for rows in runs:
+                    vals = [r[key] for r in rows if key in r]
+                    bad += sum(1 for v in vals if not math.isfinite(v))
+                    vals = [v for v in vals if math.isfinite(v)]
+                    if vals:
+                        means.append(sum(vals) / len(vals))
+                        maxes.append(max(vals))
+                if means:
+                    row[key] = {"mean": sum(means) / len(means), "max": max(maxes), "nonfinite": bad,
+                                "seeds": len(means)}
+            out.setdefault(s.name, {})[m.name] = row
+    return out
+
+
+def markdown(spec: StudySpec, summary: dict[str, Any], metrics: dict[str, Any] | None = None) -> str:
+    """results.md of the study: accuracy table, macro-average, paired comparisons, budget."""
+    cols = (["base"] if spec.base_eval else []) + [m.name for m in spec.methods]
+    lines = [f"# Study `{spec.name}`", ""]
+    if spec.description:
+        lines += [spec.description.strip(), ""]
+    lines += ["Held-out accuracy (%), mean over seeds [95% t-interval over seeds]:", "",
+              "| setting | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    for s in spec.settings:
+        row = summary["cells"].get(s.name, {})
+        lines.append(f"| {s.name} | " + " | ".join(
+            _fmt(Interval(row[c]["mean"], row[c]["low"], row[c]["high"]), row[c]["seeds"]) if c in row else "-"
+            for c in cols) + " |")
+    macro = summary["macro"]
+    lines.append("| **macro-average** | " + " | ".join(
+        _fmt(Interval(macro[c]["mean"], macro[c]["low"], macro[c]["high"]), macro[c]["seeds"]) if c in macro else "-"
+        for c in cols) + " |")
+    if summary["paired"]:
+        ref = summary["reference"]
+        lines += ["", f"Paired comparison with `{ref}` (same problems, same seed; diff = {ref} minus the "
+                  "other, points, 95% interval; McNemar exact p):", "",
+                  "| method | scope | runs | items | other % | " + ref + " % | diff | "
+                  + ref + " only | other only | p |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for m, scopes in summary["paired"].items():
+            for scope, c in scopes.items():
+                lines.append(f"| {m} | {scope} | {c['runs']} | {c['n']} | {_pct(c['other'])} | {_pct(c['reference'])} | "
+                             f"{100 * c['diff']:+.1f} [{100 * c['low']:+.1f}, {100 * c['high']:+.1f}] | "
+                             f"{c['ref_only']} | {c['other_only']} | {c['p']:.3g} |")
+    if summary["budget"]:
+        lines += ["", "Budget per run (mean over runs): the same rollouts for every method; tokens differ "
+                  "only by what the policies chose to generate:", "",
+                  "| method | steps | episodes | members | tokens generated | train s | wall s |",
+                  "|---|---|---|---|---|---|---|"]
+        for m, b in summary["budget"].items():
+            lines.append(f"| {m} | {b['steps']:.0f} | {b['episodes']:.0f} | {b['members']:.0f} | "
+                         f"{b['tokens_generated']:.0f} | {b['train_seconds']:.0f} | {b['wall_seconds']:.0f} |")
+    if metrics:
+        keys = list(spec.report_metrics)
+        lines += ["", "Training metrics: mean over steps (max over steps), averaged over seeds:", "",
+                  "| setting | method | " + " | ".join(keys) + " |", "|---|---|" + "---|" * len(keys)]
+        for s, by_method in metrics.items():
+            for m, row in by_method.items():
+                cells = []
+                for k in keys:
+                    v = row.get(k)
+                    if v is None:
+                        cells.append("-")
+                    else:
+                        cells.append(f"{v['mean']:.3g} ({v['max']:.3g})" + (f" {v['nonfinite']} non-finite" if v["nonfinite"] else ""))
+                lines.append(f"| {s} | {m} | " + " | ".join(cells) + " |")
+    if summary["missing"]:
+        lines += ["", f"Not run yet ({len(summary['missing'])} cells): " + ", ".join(summary["missing"])]
+    return "\n".join(lines) + "\n"
+
+
+def _smooth(values: list[float], window: int) -> list[float]:
+    out = []
+    for i in range(len(values)):
+        part = values[max(0, i - window + 1) : i + 1]
+        out.append(sum(part) / len(part))
+    return out
+
+
+def plot_curves(spec: StudySpec, metrics: Sequence[str], out_dir: Path, *, window: int = 3) -> list[Path]:
+    """One figure per metric: a panel per setting, a line per method (mean over seeds, moving
+    average over `window` steps)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    settings = [s.name for s in spec.settings]
+    for key in metrics:
+        fig, axes = plt.subplots(1, len(settings), figsize=(4 * len(settings), 3.2), squeeze=False)
+        any_line = False
+        for ax, s in zip(axes[0], settings):
+            for m in spec.methods:
+                series = []
+                for c, r in iter_results(spec):
+                    if r and c.setting == s and c.method == m.name:
+                        rows = [row for row in read_metrics(c.directory(spec.output) / "metrics.jsonl") if key in row
+                                and "rollout/episodes" in row]
+                        series.append([row[key] for row in rows])
+                if not series:
+                    continue
+                length = min(len(x) for x in series)
+                mean = [sum(x[i] for x in series) / len(series) for i in range(length)]
+                ax.plot(range(1, length + 1), _smooth(mean, window), label=f"{m.name} ({len(series)})")
+                any_line = True
+            ax.set_title(s, fontsize=9)
+            ax.set_xlabel("step")
+        axes[0][0].set_ylabel(key)
+        if any_line:
+            axes[0][-1].legend(fontsize=7)
+        fig.suptitle(f"{spec.name}: {key} (mean over seeds, moving average {window})", fontsize=9)
+        fig.tight_layout()
+        path = out_dir / (key.replace("/", "_") + ".png")
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def write_report(spec: StudySpec, *, plots: bool = True) -> dict[str, Path]:
+    """SPEC.output/results.md, summary.json and plots/*.png."""
+    summary = summarize(spec)
+    metrics = metric_table(spec, spec.report_metrics)
+    out = {"markdown": spec.output / "results.md", "summary": spec.output / "summary.json"}
+    spec.output.mkdir(parents=True, exist_ok=True)
+    out["markdown"].write_text(markdown(spec, summary, metrics))
+    summary_json = {**summary, "metrics": metrics}
+    out["summary"].write_text(json.dumps(summary_json, indent=1) + "\n")
+    if plots:
+        for p in plot_curves(spec, spec.report_metrics, spec.output / "plots"):
+            out[p.stem] = p
+    return out

@@ -1,0 +1,236 @@
+"""Runs a study's cells, one training run each, resumable at any point.
+
+Layout under the spec's output folder:
+
+    cells/<setting>/<method>/seed<k>/   config.yaml (complete), train.log, metrics.jsonl,
+                                        eval/after.json (per-item correctness), result.json
+    cells/<setting>/base/seed<k>/       the untrained model's held-out evaluation
+
+A cell is done when its result.json exists; result.json records the config fingerprint, and a
+done cell whose spec changed since is an error (never a silent mix of two configs). A cell that
+was interrupted resumes from its latest checkpoint (`resume=true`, exact on one process) or, with
+none, starts over. Checkpoints are deleted once a cell is done (its metrics and evaluation stay).
+Cells run seed-major (every setting and method of seed 0 first), so a partial study is balanced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from srpo.config import to_dict
+from srpo.study.spec import StudySpec
+from srpo.train.checkpoint import latest_checkpoint
+
+# launch(argv, log_path) -> exit status; argv are `srpo` CLI arguments
+Launcher = Callable[[list[str], Path], int]
+
+
+@dataclass(frozen=True)
+class Cell:
+    setting: str
+    method: str | None  # None: the untrained base model (evaluation only)
+    seed: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.setting}/{self.method or 'base'}/seed{self.seed}"
+
+    def directory(self, output: Path) -> Path:
+        return output / "cells" / self.setting / (self.method or "base") / f"seed{self.seed}"
+
+
+def plan_cells(spec: StudySpec) -> list[Cell]:
+    """Seed-major order; each setting's base evaluation before its methods."""
+    cells = []
+    for seed in spec.seeds:
+        for s in spec.settings:
+            if spec.base_eval:
+                cells.append(Cell(s.name, None, seed))
+            cells.extend(Cell(s.name, m.name, seed) for m in spec.methods)
+    return cells
+
+
+def subprocess_launcher(argv: list[str], log: Path) -> int:
+    """Each cell in a fresh interpreter: what a reader rerunning the cell's command gets."""
+    with open(log, "a") as f:
+        return subprocess.run([sys.executable, "-m", "srpo.cli", *argv], stdout=f, stderr=subprocess.STDOUT,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"}).returncode
+
+
+def inprocess_launcher(argv: list[str], log: Path) -> int:
+    """Cells in this process (tests): same code path, no interpreter start-up per cell."""
+    from srpo.cli import main
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+        status = main(argv)
+    with open(log, "a") as f:
+        f.write(buf.getvalue())
+    return status
+
+
+class CellFailed(RuntimeError):
+    pass
+
+
+def _fingerprint(cfg_dict: dict[str, Any]) -> str:
+    from srpo.train.checkpoint import config_fingerprint
+
+    data = {k: v for k, v in cfg_dict.items() if k not in ("output_dir", "resume")}
+    return config_fingerprint(data)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def _log_tail(log: Path, lines: int = 15) -> str:
+    if not log.exists():
+        return "(no log)"
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def read_metrics(path: Path) -> list[dict[str, float]]:
+    """metrics.jsonl rows, one per logged step (evaluation rows included)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _training_totals(rows: list[dict[str, float]]) -> dict[str, float]:
+    """What the budget actually was: rollouts, members and tokens generated over the run."""
+    steps = [r for r in rows if "rollout/episodes" in r]
+    out = {"steps": float(len(steps))}
+    for key, name in (("rollout/episodes", "episodes"), ("rollout/members/count", "members"),
+                      ("rollout/tokens/generated", "tokens_generated")):
+        out[name] = float(sum(r.get(key, 0.0) for r in steps))
+    out["train_seconds"] = float(sum(sum(v for k, v in r.items() if k.startswith("time/")) for r in steps))
+    return out
+
+
+def run_cell(spec: StudySpec, cell: Cell, launch: Launcher = subprocess_launcher) -> dict[str, Any]:
+    """Runs (or resumes, or skips) one cell; returns its result.json content."""
+    d = cell.directory(spec.output)
+    cfg = spec.cell_config(cell.setting, cell.method, cell.seed, d)
+    cfg_dict = to_dict(cfg)
+    fingerprint = _fingerprint(cfg_dict)
+    result_path = d / "result.json"
+    if result_path.exists():
+        done = _read_json(result_path)
+        if done.get("fingerprint") != fingerprint:
+            raise CellFailed(
+                f"{cell.label}: {result_path} was produced by another config (fingerprint "
+                f"{done.get('fingerprint')} != {fingerprint}); the spec changed since. Delete the cell "
+                "folder to rerun it, or restore the spec"
+            )
+        return done
+    resume = cell.method is not None and (d / "checkpoints").exists() and latest_checkpoint(d) is not None
+    if not resume and d.exists():
+        shutil.rmtree(d)  # a partial cell without a checkpoint: start over, nothing stale left
+    d.mkdir(parents=True, exist_ok=True)
+    config_path = d / "config.yaml"
+    # always the spec's config (a run rewrites config.yaml with its own overrides, if any)
+    config_path.write_text(yaml.safe_dump(cfg_dict, sort_keys=False))
+    log = d / "train.log"
+    start = time.perf_counter()
+    if cell.method is None:
+        argv = ["eval", str(config_path), "--out", str(d / "eval" / "base.json")]
+    else:
+        argv = ["train", str(config_path)] + (["resume=true"] if resume else [])
+    status = launch(argv, log)
+    wall = time.perf_counter() - start
+    if status != 0:
+        raise CellFailed(f"{cell.label}: `srpo {' '.join(argv)}` exited with {status}; last lines of {log}:\n"
+                         f"{_log_tail(log)}")
+    eval_file = d / "eval" / ("base.json" if cell.method is None else "after.json")
+    if not eval_file.exists():
+        raise CellFailed(f"{cell.label}: finished but wrote no {eval_file} (is eval.size 0?)")
+    evaluation = _read_json(eval_file)
+    result = {
+        "setting": cell.setting,
+        "method": cell.method or "base",
+        "seed": cell.seed,
+        "fingerprint": fingerprint,
+        "wall_seconds": wall,  # of the last (resumed) part; train_seconds covers every step
+        "resumed": resume,
+        "accuracy": evaluation["accuracy"],
+        "ci_low": evaluation["ci_low"],
+        "ci_high": evaluation["ci_high"],
+        "n": evaluation["n"],
+        "per_agent": evaluation["per_agent"],
+        "task_ids": evaluation["task_ids"],
+        "correct": evaluation["correct"],
+        **_training_totals(read_metrics(d / "metrics.jsonl")),
+    }
+    _write_json(result_path, result)
+    for heavy in ("checkpoints", "export", "tensorboard"):
+        shutil.rmtree(d / heavy, ignore_errors=True)
+    return result
+
+
+def iter_results(spec: StudySpec) -> Iterator[tuple[Cell, dict[str, Any] | None]]:
+    """Every planned cell with its result (None when not run yet)."""
+    for cell in plan_cells(spec):
+        path = cell.directory(spec.output) / "result.json"
+        yield cell, (_read_json(path) if path.exists() else None)
+
+
+def run_study(
+    spec: StudySpec,
+    *,
+    launch: Launcher = subprocess_launcher,
+    max_minutes: float | None = None,
+    only: Callable[[Cell], bool] | None = None,
+    log: Callable[[str], None] = print,
+) -> tuple[list[Cell], list[tuple[Cell, str]]]:
+    """Runs every pending cell (those `only` accepts) until done or out of time. A failed cell is
+    reported and the rest go on. Returns (cells done, (cell, error) failures)."""
+    spec.output.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    done, failed = [], []
+    durations: list[float] = []
+    cells = [c for c in plan_cells(spec) if only is None or only(c)]
+    for i, cell in enumerate(cells):
+        pending = not (cell.directory(spec.output) / "result.json").exists()
+        if pending and max_minutes is not None:
+            elapsed = time.perf_counter() - start
+            expected = max(durations) if durations else 0.0
+            if elapsed + expected > 60 * max_minutes:
+                log(f"[study] time budget of {max_minutes:g} min reached after {elapsed / 60:.1f} min; "
+                    f"{sum(1 for c in cells[i:] if not (c.directory(spec.output) / 'result.json').exists())} "
+                    "cells left: run the same command again to continue")
+                break
+        t0 = time.perf_counter()
+        if pending:
+            log(f"[study] {i + 1}/{len(cells)} {cell.label} ...")
+        try:
+            result = run_cell(spec, cell, launch)
+        except CellFailed as e:
+            failed.append((cell, str(e)))
+            log(f"[study] FAILED {e}")
+            continue
+        if pending:
+            durations.append(time.perf_counter() - t0)
+            log(f"[study] {cell.label}: held-out {100 * result['accuracy']:.1f}% of {result['n']} "
+                f"({time.perf_counter() - t0:.0f} s)")
+        done.append(cell)
+    return done, failed
