@@ -1,7 +1,7 @@
 """Held-out accuracy of a workflow: greedy, one rollout per task, per workflow and per agent.
 
 The workflow's accuracy is the share of held-out tasks whose final answer is correct (the
-episode's "correct" reward component). Each agent's accuracy scores that agent's own outputs
+episode's "correct" reward component for math, "em" = exact match for search). Each agent's accuracy scores that agent's own outputs
 against the gold answer with the task's reward function, so one sees whether, e.g., the solvers
 or the aggregator improved.
 """
@@ -79,10 +79,17 @@ def greedy_runner(runner: RolloutRunner, seed: int) -> RolloutRunner:
     return RolloutRunner(agents, runner.backend, runner.reward_fn, seed=seed)
 
 
+# The reward component that says "solved": math rewards have "correct", search rewards "em"
+# (exact match of the answer). The first one present is used.
+SUCCESS_COMPONENTS = ("correct", "em")
+
+
 def _is_correct(components: dict[str, float]) -> bool:
-    if "correct" not in components:
-        raise ValueError(f"the reward has no 'correct' component (got {sorted(components)})")
-    return components["correct"] > 0
+    for name in SUCCESS_COMPONENTS:
+        if name in components:
+            return components[name] > 0
+    raise ValueError(f"the reward has none of the success components {SUCCESS_COMPONENTS} "
+                     f"(got {sorted(components)})")
 
 
 def evaluate(

@@ -468,3 +468,20 @@ def test_srpo_rollout_on_a_tiny_random_model(tmp_path, capsys, workflow, events)
                 obs = re.findall(r"\n<information>\n.*?\n</information>\n", m["text"], re.DOTALL)
                 assert m["loss_mask"].count(0) == sum(len(o.encode()) for o in obs)
     assert f"of workflow {workflow!r}" in capsys.readouterr().out
+
+
+def test_held_out_evaluation_scores_search_answers_by_exact_match():
+    """evaluate() reads a search episode's "em" component (math rewards say "correct")."""
+    from srpo.train.evaluate import evaluate
+
+    def half_right(req):  # q0 answered right, q1 wrong
+        if req.agent == "query_writer":
+            return "<search>Veltra</search>"
+        return "<answer>Kessel</answer>" if "(0)" in seen(req) else "<answer>Dorn</answer>"
+
+    runner, _ = runner_for(half_right)
+    wf = build_workflow("search_parallel", {"k": 2, "rounds": 1}).with_search_env(search_env())
+    result, _ = evaluate(runner, wf, make_tasks(2))
+    assert result.correct == [True, False] and result.task_ids == ["q0", "q1"]
+    assert result.accuracy.estimate == 0.5
+    assert result.per_agent == {"answerer": 0.5, "query_writer": 0.0}
