@@ -65,6 +65,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     path = _resolve_config(config)
     try:
         cfg = load_config(path, overrides)
+        if cfg.train.threads:  # the same CPU threads as training: same numbers as its evaluation
+            import torch
+
+            torch.set_num_threads(cfg.train.threads)
         policies = None
         if path.name == "config.yaml" and (path.parent / "export").is_dir():
             policies = _exported_policies(path.parent / "export", cfg)

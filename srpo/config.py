@@ -169,6 +169,9 @@ class SearchConfig:
     em_weight: float = 1.0  # weight of the exact-match component
     f1_weight: float = 0.0  # weight of the token-F1 component
     format_weight: float = 0.1  # weight of the format component (<answer> protocol kept)
+    # small models: a search_parallel query writer's tagless reply is the query, and an answer
+    # reply without <answer> answers with its first line (format component 0)
+    plain_text_fallback: bool = False
 
     def __post_init__(self) -> None:
         _one_of("task.search.corpus", self.corpus, ("world", "wiki", "jsonl"))

@@ -43,14 +43,16 @@ def build_model(cfg: ModelConfig, device: str = "cpu") -> tuple[Any, Any]:
 
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from srpo.models.tokenizers import set_pad_token
+        from srpo.models.tokenizers import set_pad_token_of_folder
 
         if not Path(cfg.name).is_dir():
             raise ValueError(
-                f"model.name {cfg.name!r} is neither 'tiny', 'smollm2' nor an existing model folder"
+                f"model.name {cfg.name!r} is neither 'tiny', 'smollm2' nor an existing model folder "
+                f"(a local Hugging Face folder: config.json, weights, tokenizer; nothing is downloaded)"
             )
+        # the tokenizer first: a bad one fails before the weights are read
+        tok = set_pad_token_of_folder(AutoTokenizer.from_pretrained(cfg.name, local_files_only=True))
         model = AutoModelForCausalLM.from_pretrained(cfg.name, dtype=dtype, local_files_only=True)
-        tok = set_pad_token(AutoTokenizer.from_pretrained(cfg.name, local_files_only=True))
     return model.to(device), tok
 
 
@@ -90,7 +92,7 @@ def build_reward(cfg: TaskConfig) -> Any:
 
         s = cfg.search
         return SearchReward(em_weight=s.em_weight, f1_weight=s.f1_weight,
-                            format_weight=s.format_weight)
+                            format_weight=s.format_weight, plain_text_fallback=s.plain_text_fallback)
     from srpo.tasks.math import MathReward
 
     r = cfg.reward
@@ -215,7 +217,8 @@ def build_search_env(cfg: TaskConfig) -> Any:
     else:
         retriever = FusedRetriever([BM25Retriever.build(docs), DenseRetriever.build(docs)])
     return SearchEnv(retriever, top_k=s.top_k, max_calls_per_turn=s.max_calls_per_turn,
-                     max_turns=s.max_turns, max_observation_chars=s.max_observation_chars)
+                     max_turns=s.max_turns, max_observation_chars=s.max_observation_chars,
+                     plain_text_fallback=s.plain_text_fallback)
 
 
 def build_workflow_from(cfg: Config, name: str | None = None) -> Workflow:

@@ -212,6 +212,19 @@ def markdown(spec: StudySpec, summary: dict[str, Any], metrics: dict[str, Any] |
     return "\n".join(lines) + "\n"
 
 
+def set_size_markdown(sizes: dict[str, dict[str, dict[int, float]]]) -> str:
+    """Table: method x diagnostic, one column per set size."""
+    ks = sorted({k for diags in sizes.values() for per_k in diags.values() for k in per_k})
+    lines = ["Diagnostics by set size k (mean over every step of every run):", "",
+             "| method | diagnostic | " + " | ".join(f"k={k}" for k in ks) + " |",
+             "|---|---|" + "---|" * len(ks)]
+    for m, diags in sizes.items():
+        for d, per_k in diags.items():
+            lines.append(f"| {m} | {d.replace('{k}', 'k')} | "
+                         + " | ".join(f"{per_k[k]:.3g}" if k in per_k else "-" for k in ks) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _smooth(values: list[float], window: int) -> list[float]:
     out = []
     for i in range(len(values)):
@@ -262,6 +275,61 @@ def plot_curves(spec: StudySpec, metrics: Sequence[str], out_dir: Path, *, windo
     return written
 
 
+SET_SIZE_DIAGNOSTICS = ("clip/k{k}/frac", "set_ratio/k{k}/log_std", "adv/k{k}/abs_mean")
+
+
+def by_set_size(spec: StudySpec) -> dict[str, dict[str, dict[int, float]]]:
+    """Per method and diagnostic, the mean over every logged step of every run (all settings)
+    for each set size k found in the logs: {method: {diagnostic: {k: value}}}."""
+    import re
+
+    out: dict[str, dict[str, dict[int, float]]] = {}
+    patterns = {d: re.compile("^" + re.escape(d).replace(re.escape("{k}"), r"(\d+)") + "$")
+                for d in SET_SIZE_DIAGNOSTICS}
+    for m in spec.methods:
+        sums: dict[str, dict[int, list[float]]] = {d: {} for d in SET_SIZE_DIAGNOSTICS}
+        for c, r in iter_results(spec):
+            if not r or c.method != m.name:
+                continue
+            for row in read_metrics(c.directory(spec.output) / "metrics.jsonl"):
+                for key, value in row.items():
+                    for d, pat in patterns.items():
+                        hit = pat.match(key)
+                        if hit and math.isfinite(value):
+                            sums[d].setdefault(int(hit.group(1)), []).append(value)
+        out[m.name] = {d: {k: sum(v) / len(v) for k, v in sorted(ks.items())} for d, ks in sums.items() if ks}
+    return out
+
+
+def plot_by_set_size(spec: StudySpec, out_dir: Path) -> Path | None:
+    """One panel per diagnostic: its mean over steps and runs against the set size, per method."""
+    data = by_set_size(spec)
+    if not any(data.values()):
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, len(SET_SIZE_DIAGNOSTICS), figsize=(4 * len(SET_SIZE_DIAGNOSTICS), 3.2),
+                             squeeze=False)
+    for ax, d in zip(axes[0], SET_SIZE_DIAGNOSTICS):
+        for m, diags in data.items():
+            if d in diags:
+                ks = sorted(diags[d])
+                ax.plot(ks, [diags[d][k] for k in ks], marker="o", label=m)
+        ax.set_title(d.replace("{k}", "k"), fontsize=9)
+        ax.set_xlabel("set size k")
+    axes[0][-1].legend(fontsize=7)
+    fig.suptitle(f"{spec.name}: diagnostics by set size (mean over steps and runs)", fontsize=9)
+    fig.tight_layout()
+    path = out_dir / "by_set_size.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
 def write_report(spec: StudySpec, *, plots: bool = True) -> dict[str, Path]:
     """SPEC.output/results.md, summary.json and plots/*.png."""
     summary = summarize(spec)
@@ -269,9 +337,16 @@ def write_report(spec: StudySpec, *, plots: bool = True) -> dict[str, Path]:
     out = {"markdown": spec.output / "results.md", "summary": spec.output / "summary.json"}
     spec.output.mkdir(parents=True, exist_ok=True)
     out["markdown"].write_text(markdown(spec, summary, metrics))
-    summary_json = {**summary, "metrics": metrics}
+    sizes = by_set_size(spec)
+    if any(sizes.values()):
+        text = out["markdown"].read_text()
+        out["markdown"].write_text(text + "\n" + set_size_markdown(sizes))
+    summary_json = {**summary, "metrics": metrics, "by_set_size": sizes}
     out["summary"].write_text(json.dumps(summary_json, indent=1) + "\n")
     if plots:
         for p in plot_curves(spec, spec.report_metrics, spec.output / "plots"):
             out[p.stem] = p
+        size_plot = plot_by_set_size(spec, spec.output / "plots")
+        if size_plot is not None:
+            out[size_plot.stem] = size_plot
     return out

@@ -273,7 +273,11 @@ class SearchParallel:
                 stats.turns += 1
                 parsed = parse_turn(out.text)
                 if parsed.errors or not parsed.queries:
-                    env.invalid(parsed, stats)
+                    plain = env.plain_query(out.text, parsed, stats)
+                    if plain is None:
+                        env.invalid(parsed, stats)
+                    else:
+                        queries.append(plain)
                     continue
                 queries += env.split_calls(parsed, stats)[0]
             env.retrieve(queries, stats)  # one call for the whole set

@@ -485,3 +485,38 @@ def test_held_out_evaluation_scores_search_answers_by_exact_match():
     assert result.correct == [True, False] and result.task_ids == ["q0", "q1"]
     assert result.accuracy.estimate == 0.5
     assert result.per_agent == {"answerer": 0.5, "query_writer": 0.0}
+
+
+def test_plain_text_fallback_turns_tagless_replies_into_queries_and_answers():
+    def tagless(req):
+        if req.agent == "query_writer":
+            return "Veltra founded\nand more words"
+        return "Kessel"
+
+    env = search_env(plain_text_fallback=True)
+    runner, _ = runner_for(tagless)
+    runner.reward_fn = SearchReward(em_weight=1.0, f1_weight=0.0, format_weight=0.1, plain_text_fallback=True)
+    wf = build_workflow("search_parallel", {"k": 2, "rounds": 1}).with_search_env(env)
+    (e,) = runner.run(make_tasks(1), wf, group_size=1).episodes
+    assert env.retriever.calls == [["Veltra founded", "Veltra founded"]]  # first line only
+    md = e.metadata
+    assert (md["search_plain_queries"], md["search_invalid"], md["search_calls"]) == (2, 0, 2)
+    assert e.reward_components == pytest.approx({"em": 1.0, "f1": 0.0, "format": 0.0})  # no tag: no format
+
+    # without the fallback the same replies are invalid and score nothing
+    env = search_env()
+    runner, _ = runner_for(tagless)
+    wf = build_workflow("search_parallel", {"k": 2, "rounds": 1}).with_search_env(env)
+    (e,) = runner.run(make_tasks(1), wf, group_size=1).episodes
+    assert env.retriever.calls == [] and e.metadata["search_invalid"] == 2
+    assert e.reward_components == NONE
+
+
+def test_plain_text_fallback_never_overrides_tags():
+    from srpo.tasks.search.rewards import extract_answer
+
+    assert extract_answer("<answer>Kessel</answer>", plain_text_fallback=True) == ("Kessel", True)
+    assert extract_answer("Kessel, I think", plain_text_fallback=True) == ("Kessel, I think", False)
+    assert extract_answer("<search>x</search> Kessel", plain_text_fallback=True) == (None, False)
+    assert extract_answer("\n  \n", plain_text_fallback=True) == (None, False)
+    assert extract_answer("Kessel") == (None, False)

@@ -127,6 +127,9 @@ def sanitize(text: str) -> str:
 # --------------------------------------------------------------------------- accounting
 
 
+PLAIN_QUERY_CHARS = 200  # longest query taken from an untagged reply
+
+
 @dataclass
 class SearchStats:
     """Counts of one episode (see `metadata` for the keys written into Episode.metadata)."""
@@ -137,6 +140,7 @@ class SearchStats:
     invalid: int = 0  # turns with malformed tags, an empty query or no action
     truncated: int = 0  # observations cut to max_observation_chars
     budget_exhausted: int = 0  # 1: the turns/rounds ran out without an <answer>
+    plain_queries: int = 0  # untagged query-writer replies used as queries (plain_text_fallback)
     errors: list[str] = field(default_factory=list)  # reasons of the invalid turns
     # doc id -> (best rank, first-seen order, passage): everything retrieved in the episode
     found: dict[str, tuple[int, int, Passage]] = field(default_factory=dict)
@@ -164,6 +168,7 @@ class SearchStats:
             "search_invalid": self.invalid,
             "search_truncated": self.truncated,
             "search_budget_exhausted": self.budget_exhausted,
+            "search_plain_queries": self.plain_queries,
             "search_errors": list(self.errors),
             "retrieved_docs": len(self.found),
         }
@@ -206,6 +211,9 @@ class SearchEnv:
     max_calls_per_turn: int = 1
     max_turns: int = 4
     max_observation_chars: int = 1200
+    # Small models rarely write the tags: with this on, a query writer's reply without any tag
+    # is itself the query (its first non-empty line, tags removed, at most PLAIN_QUERY_CHARS).
+    plain_text_fallback: bool = False
 
     def __post_init__(self) -> None:
         if not callable(getattr(self.retriever, "search", None)):
@@ -249,6 +257,16 @@ class SearchEnv:
         run, dropped = queries[: self.max_calls_per_turn], queries[self.max_calls_per_turn :]
         stats.dropped += len(dropped)
         return run, dropped
+
+    def plain_query(self, text: str, parsed: TurnParse, stats: SearchStats) -> str | None:
+        """With plain_text_fallback: the query a tagless reply stands for (counted), else None."""
+        if not self.plain_text_fallback or parsed.blocks or parsed.errors:
+            return None
+        line = next((ln for ln in (sanitize(x) for x in text.splitlines()) if ln), "")
+        if not line:
+            return None
+        stats.plain_queries += 1
+        return line[:PLAIN_QUERY_CHARS]
 
     def invalid(self, parsed: TurnParse, stats: SearchStats) -> str | None:
         """Why a turn without an answer is not a valid search action (counted), else None."""

@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, field
 
 from srpo.tasks.search.answers import exact_match, token_f1
-from srpo.tasks.search.env import parse_turn
+from srpo.tasks.search.env import parse_turn, sanitize
 from srpo.types import Task
 
 
@@ -38,13 +38,18 @@ def gold_answers(task: Task) -> list[str]:
     return [task.answer, *aliases]
 
 
-def extract_answer(text: str) -> tuple[str | None, bool]:
-    """(answer or None, format ok) of an answering agent's text (module doc)."""
+def extract_answer(text: str, *, plain_text_fallback: bool = False) -> tuple[str | None, bool]:
+    """(answer or None, format ok) of an answering agent's text (module doc). With
+    plain_text_fallback, a reply without an <answer> block answers with its first non-empty
+    line (format not ok)."""
     if not isinstance(text, str):
         raise TypeError(f"the answer text must be a str, got {type(text).__name__}")
     parsed = parse_turn(text)
     answers = parsed.answers
     if not answers:
+        if plain_text_fallback and not parsed.blocks:
+            line = next((ln for ln in (sanitize(x) for x in text.splitlines()) if ln), None)
+            return line, False
         return None, False
     ok = (
         not parsed.errors
@@ -55,9 +60,9 @@ def extract_answer(text: str) -> tuple[str | None, bool]:
     return answers[0].content, ok
 
 
-def answer_scores(task: Task, text: str) -> dict[str, float]:
+def answer_scores(task: Task, text: str, *, plain_text_fallback: bool = False) -> dict[str, float]:
     """Unweighted {"em", "f1", "format"} of a text (the workflows log them as metadata)."""
-    answer, formatted = extract_answer(text)
+    answer, formatted = extract_answer(text, plain_text_fallback=plain_text_fallback)
     golds = gold_answers(task)
     if answer is None:
         return {"em": 0.0, "f1": 0.0, "format": 0.0}
@@ -84,7 +89,8 @@ class SearchReward:
     """Exact match, token F1 and format of a search answer against task.answer (+ aliases)."""
 
     def __init__(self, em_weight: float = 1.0, f1_weight: float = 0.0,
-                 format_weight: float = 0.1):
+                 format_weight: float = 0.1, plain_text_fallback: bool = False):
+        self.plain_text_fallback = plain_text_fallback  # untagged replies answer (format 0)
         self.weights = {"em": float(em_weight), "f1": float(f1_weight),
                         "format": float(format_weight)}
         for k, w in self.weights.items():
@@ -92,8 +98,8 @@ class SearchReward:
                 raise ValueError(f"{k}_weight must be finite, got {w!r}")
 
     def __call__(self, task: Task, text: str) -> SearchRewardResult:
-        comps = answer_scores(task, text)
-        answer, _ = extract_answer(text)
+        comps = answer_scores(task, text, plain_text_fallback=self.plain_text_fallback)
+        answer, _ = extract_answer(text, plain_text_fallback=self.plain_text_fallback)
         total = math.fsum(self.weights[k] * v for k, v in comps.items())
         return SearchRewardResult(total=total, components=comps, extracted=answer,
                                   weights=dict(self.weights))
