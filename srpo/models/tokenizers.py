@@ -90,6 +90,28 @@ def set_pad_token(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase
     return tokenizer
 
 
+def set_pad_token_of_folder(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+    """The tokenizer of a user's model folder, with a pad token distinct from eos. In place.
+
+    Other model families keep their own ids (Qwen2.5: pad `<|endoftext|>` 151643, eos
+    `<|im_end|>` 151645, no bos); only the built-in models follow this module's (0, 1, 2).
+    A pad that is missing or equal to eos (SmolLM2's own files) becomes `<|endoftext|>` when
+    the vocabulary has it; otherwise there is no safe pad and this raises.
+    """
+    name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+    if tokenizer.eos_token_id is None:
+        raise ValueError(f"tokenizer of {name!r} defines no eos token")
+    if tokenizer.pad_token_id is None or tokenizer.pad_token_id == tokenizer.eos_token_id:
+        if PAD_TOKEN not in tokenizer.get_vocab():
+            raise ValueError(
+                f"tokenizer of {name!r} has no pad token distinct from eos "
+                f"{tokenizer.eos_token!r} and no {PAD_TOKEN!r} to use as one; set a pad_token "
+                f"(not the eos token) in its tokenizer_config.json"
+            )
+        tokenizer.pad_token = PAD_TOKEN
+    return tokenizer
+
+
 def check_special_tokens(tokenizer: PreTrainedTokenizerBase) -> None:
     """Raise if the tokenizer breaks the pad/bos/eos id convention of this module."""
     ids = (tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id)

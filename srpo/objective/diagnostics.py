@@ -49,7 +49,8 @@ def ratio_clip_metrics(
     ratio/clamp_count: units whose |log-ratio| exceeded the clamp
     """
     sizes = torch.broadcast_to(unit_set_size, log_ratio.shape).reshape(-1)
-    w = torch.ones(sizes.shape, dtype=torch.float64) if valid is None else valid.reshape(-1).double()
+    w = (torch.ones(sizes.shape, dtype=torch.float64, device=sizes.device) if valid is None
+         else valid.reshape(-1).double())  # on the units' device (a CPU `w` fails on CUDA)
     # Set sizes are small integers: use the size itself as the bin (torch.unique's sort would
     # cost more than the loss on [M, T] token units).
     k = int(sizes.max()) + 1 if sizes.numel() else 1

@@ -1,0 +1,1 @@
+"""Optional integrations with other training engines (each imports its engine lazily)."""

@@ -1,0 +1,177 @@
+"""One srpo workflow episode driven by an async generate function (no verl import here).
+
+The agent loop (agent_loop.py) runs inside verl's rollout: every session (one of rollout.n
+rollouts of a prompt) is one episode. `run_episode` advances the workflow generator exactly as
+srpo's RolloutRunner does (same request building, same output validation, same transition and
+reward records: it reuses the runner's own steps), but sends each round's requests to an async
+`generate(request) -> Generation` concurrently instead of a batched backend. `episode_records`
+flattens the episode into one record per member, in set order, carrying the set metadata of
+srpo.integrations.verl.fields.
+
+Also here: the task <-> verl dataset row conversion that recipes/verl/prepare_data.py writes and
+the agent loop reads, and `EpisodeSetup`, the workflow / agents / reward built from an srpo
+config file (the same YAML as `srpo train`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from srpo.integrations.verl import fields
+from srpo.rollout.agents import AgentSpec, check_agent_names
+from srpo.rollout.backends import BackendStats, Generation, GenerationRequest
+from srpo.rollout.policies import PolicySet
+from srpo.rollout.runner import RewardFn, RolloutRunner, _Live
+from srpo.types import Episode, Task
+from srpo.workflows.base import EpisodeContext, Workflow
+
+GenerateFn = Callable[[GenerationRequest], Awaitable[Generation]]
+
+
+@dataclass
+class EpisodeSetup:
+    """What an episode needs besides the task and the generator."""
+
+    workflow: Workflow
+    agents: dict[str, AgentSpec]
+    reward_fn: RewardFn
+    policy: str  # the one policy verl trains (every agent names it)
+
+
+def setup_from_config(path: str | None, overrides: Sequence[str] = ()) -> EpisodeSetup:
+    """Workflow, agents and reward of an srpo config file (srpo.config.load_config).
+
+    verl trains one actor, so every agent must name one and the same policy (policies.kind
+    shared); a LoRA-per-role or separate-model layout raises here instead of being merged.
+    Model, train, eval and checkpoint sections are ignored: verl's config owns those.
+    """
+    from srpo.config import load_config
+    from srpo.rollout.build import build_agents, build_reward, build_search_env, build_workflow_from
+
+    cfg = load_config(path, list(overrides))
+    wf = build_workflow_from(cfg)
+    if hasattr(wf, "with_search_env"):
+        wf = wf.with_search_env(build_search_env(cfg.task))
+    agents = build_agents(cfg)
+    check_agent_names(getattr(wf, "agents", ()), agents, where=f"workflow {wf.name!r}")
+    policies = sorted({a.policy for a in agents.values()})
+    if cfg.policies.kind != "shared" or len(policies) != 1:
+        raise ValueError(
+            f"verl trains one actor model, but the srpo config has policies.kind "
+            f"{cfg.policies.kind!r} with agents on {policies}: use policies.kind shared (one "
+            f"policy; roles differ by prompt) for the verl integration"
+        )
+    return EpisodeSetup(workflow=wf, agents=agents, reward_fn=build_reward(cfg.task), policy=policies[0])
+
+
+class _NoBatchBackend:
+    """Tokenizers for the runner's request building; generation goes through run_episode."""
+
+    def __init__(self, tokenizer: Any, policy: str):
+        self.policies = PolicySet.scripted(tokenizer, [policy])
+        self.stats = BackendStats()
+
+    def generate(self, policy: str, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        raise RuntimeError("run_episode generates through its async generate function")
+
+
+async def run_episode(
+    setup: EpisodeSetup,
+    task: Task,
+    tokenizer: Any,
+    generate: GenerateFn,
+    *,
+    rollout_index: int = 0,
+    seed: int = 0,
+) -> Episode:
+    """Run `setup.workflow` on `task`; each round's requests are generated concurrently."""
+    runner = RolloutRunner(setup.agents, _NoBatchBackend(tokenizer, setup.policy), setup.reward_fn, seed=seed)
+    wf = setup.workflow
+    ctx = EpisodeContext(task, wf.name, rollout_index=rollout_index, seed=seed, runner=runner)
+    live = _Live(ctx=ctx, gen=wf.run(task, ctx))
+    runner._advance(live, None)
+    while not live.done:
+        gens = await asyncio.gather(*(generate(r) for r in live.requests))
+        for req, target, gen in zip(live.requests, live.targets, gens):
+            runner._apply(live, req, target, gen)
+        runner._advance(live, live.targets[0] if live.single else list(live.targets))
+    return runner._finish(live)
+
+
+def episode_records(episode: Episode) -> list[dict[str, Any]]:
+    """One record per member, transitions in order and members in set order.
+
+    Keys: prompt_ids, response_ids, response_mask (the member's loss mask: 0 on observation
+    tokens), response_logprobs (None unless every token has one), reward_score (the episode's
+    outcome reward: verl's rm_scores), extra_fields (fields.EXTRA_KEYS + reward_extra_info).
+    """
+    records = []
+    returns = episode.set_returns()
+    for aset, ret in zip(episode.transitions, returns):
+        for j, m in enumerate(aset.members):
+            records.append({
+                "prompt_ids": list(m.prompt_ids),
+                "response_ids": list(m.response_ids),
+                "response_mask": list(m.loss_mask),
+                "response_logprobs": None if m.sampling_logprobs is None else list(m.sampling_logprobs),
+                "reward_score": float(episode.reward),
+                "extra_fields": {
+                    fields.SET: aset.turn,
+                    fields.SET_SIZE: aset.size,
+                    fields.MEMBER: j,
+                    fields.AGENT: m.agent,
+                    fields.POLICY: m.policy,
+                    fields.EVENT: aset.event,
+                    fields.SET_REWARD: float(ret),
+                    fields.TASK_ID: aset.task_id,
+                    fields.WORKFLOW: episode.workflow,
+                    # verl copies the final output's reward_extra_info to every output
+                    "reward_extra_info": dict(episode.reward_components),
+                },
+            })
+    return records
+
+
+# --------------------------------------------------------------------------- dataset rows
+
+SRPO_TASK = "srpo_task"  # extra_info key: the srpo Task as JSON
+
+
+def task_to_row(task: Task, *, data_source: str, agent_name: str = "srpo_workflow",
+                index: int = 0) -> dict[str, Any]:
+    """A verl RL dataset row (parquet) for an srpo task; the task itself rides in extra_info."""
+    payload = {"task_id": task.task_id, "prompt": task.prompt, "answer": task.answer,
+               "source": task.source, "metadata": dict(task.metadata)}
+    return {
+        "data_source": data_source,
+        "prompt": [{"role": "user", "content": task.prompt}],
+        "ability": "srpo",
+        "reward_model": {"style": "rule", "ground_truth": task.answer or ""},
+        "extra_info": {"index": index, SRPO_TASK: json.dumps(payload)},
+        "agent_name": agent_name,
+    }
+
+
+def task_from_row(row: Mapping[str, Any]) -> Task:
+    """The srpo task of a verl dataset row (as the agent loop receives it: dataset fields)."""
+    extra = row.get("extra_info") or {}
+    raw = extra.get(SRPO_TASK) if isinstance(extra, Mapping) else None
+    if raw is not None:
+        d = json.loads(raw) if isinstance(raw, str) else dict(raw)
+        return Task(task_id=str(d["task_id"]), prompt=d["prompt"], answer=d.get("answer"),
+                    source=d.get("source", ""), metadata=d.get("metadata") or {})
+    messages = list(row.get("raw_prompt") or [])
+    users = [m for m in messages if m.get("role") == "user"]
+    if not users:
+        raise ValueError(
+            f"dataset row has neither extra_info.{SRPO_TASK} nor a user turn in raw_prompt; "
+            f"write rows with recipes/verl/prepare_data.py"
+        )
+    rm = row.get("reward_model") or {}
+    uid = row.get("uid", row.get("index", ""))
+    return Task(task_id=str(uid), prompt=str(users[-1]["content"]), answer=rm.get("ground_truth"),
+                source=str(row.get("data_source", "")))
