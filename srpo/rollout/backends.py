@@ -311,14 +311,21 @@ class HFGenerateBackend:
         if sampling.stop:
             stopping.append(_StopStrings(tokenizer, sampling.stop, width))
         device = next(model.parameters()).device
-        with torch.inference_mode():
-            sequences = model.generate(
-                input_ids=input_ids.to(device),
-                attention_mask=attention.to(device),
-                generation_config=config,
-                logits_processor=processors,
-                stopping_criteria=stopping,
-            )
+        # eval mode while generating: in train mode a gradient-checkpointed model generates
+        # without its KV cache (measured ~7x slower); the caller's mode is restored after
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.inference_mode():
+                sequences = model.generate(
+                    input_ids=input_ids.to(device),
+                    attention_mask=attention.to(device),
+                    generation_config=config,
+                    logits_processor=processors,
+                    stopping_criteria=stopping,
+                )
+        finally:
+            model.train(was_training)
         new = sequences[:, width:].cpu()
         logprobs = recorder.finish(sequences) if recorder is not None else None
         gens = []

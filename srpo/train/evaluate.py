@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from srpo.rollout.runner import RolloutRunner
 from srpo.train.stats import Interval, wilson_interval
 from srpo.types import Episode, Task
@@ -105,7 +107,8 @@ def evaluate(
     if not tasks:
         raise ValueError("evaluate needs at least one held-out task")
     start = time.perf_counter()
-    episodes = greedy_runner(runner, seed).run(tasks, workflow, group_size=1).episodes
+    with torch.no_grad():  # generation only: no autograd graph (callers need not remember)
+        episodes = greedy_runner(runner, seed).run(tasks, workflow, group_size=1).episodes
     correct = [_is_correct(ep.reward_components) for ep in episodes]
 
     def score(task: Task, text: str) -> bool:

@@ -231,3 +231,28 @@ def test_identical_greedy_requests_are_generated_once(tiny):
     rows_seen.clear()
     backend.generate("shared", _requests(tok, ["same", "same"], SamplingParams(temperature=1.0, max_new_tokens=4)))
     assert rows_seen == [2]
+
+
+def test_generation_runs_in_eval_mode_and_restores_the_callers_mode(tiny):
+    """A model left in train mode (e.g. gradient-checkpointed for the update) would generate
+    without its KV cache; the backend switches to eval mode for generate and back after."""
+    model, tok = tiny
+    seen_modes = []
+    original = model.generate
+
+    def spy(*args, **kwargs):
+        seen_modes.append(model.training)
+        return original(*args, **kwargs)
+
+    model.generate = spy
+    try:
+        sp = SamplingParams(temperature=0, max_new_tokens=4)
+        backend = HFGenerateBackend(PolicySet.shared(model, tok))
+        model.train()
+        backend.generate("shared", _requests(tok, ["a b"], sp))
+        assert seen_modes == [False] and model.training is True
+        model.eval()
+        backend.generate("shared", _requests(tok, ["c d"], sp))
+        assert seen_modes == [False, False] and model.training is False
+    finally:
+        del model.generate
