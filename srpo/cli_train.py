@@ -78,7 +78,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError, FileNotFoundError) as e:
         print(f"srpo eval: {e}", file=sys.stderr)
         return 2
-    result, _ = evaluate(runner, workflow, tasks, seed=cfg.seed)
+    result, _ = evaluate(runner, workflow, tasks, seed=cfg.seed, success_component=cfg.eval.success_component)
     if args.out:
         write_eval_json(args.out, result, label="eval", config=str(path))
     print(result.summary())

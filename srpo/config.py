@@ -168,6 +168,7 @@ class SearchConfig:
     max_observation_chars: int = 1200  # longest observation body (cut, with a marker)
     em_weight: float = 1.0  # weight of the exact-match component
     f1_weight: float = 0.0  # weight of the token-F1 component
+    cover_weight: float = 0.0  # weight of the cover component (a gold answer occurs in the answer)
     format_weight: float = 0.1  # weight of the format component (<answer> protocol kept)
     # small models: a search_parallel query writer's tagless reply is the query, and an answer
     # reply without <answer> answers with its first line (format component 0)
@@ -276,6 +277,8 @@ class EvalConfig:
     after: bool = True  # evaluate after training
     every: int = 0  # also every N steps (0 = never in between)
     size: int | None = None  # held-out tasks used (None = task.heldout_size, 0 = no evaluation)
+    # the reward component that counts as solved (> 0); None: "correct" (math), else "em" (search)
+    success_component: str | None = None
 
     def __post_init__(self) -> None:
         _positive("eval.every", self.every, zero_ok=True)

@@ -92,7 +92,8 @@ def build_reward(cfg: TaskConfig) -> Any:
 
         s = cfg.search
         return SearchReward(em_weight=s.em_weight, f1_weight=s.f1_weight,
-                            format_weight=s.format_weight, plain_text_fallback=s.plain_text_fallback)
+                            format_weight=s.format_weight, plain_text_fallback=s.plain_text_fallback,
+                            cover_weight=s.cover_weight)
     from srpo.tasks.math import MathReward
 
     r = cfg.reward

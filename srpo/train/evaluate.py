@@ -86,7 +86,13 @@ def greedy_runner(runner: RolloutRunner, seed: int) -> RolloutRunner:
 SUCCESS_COMPONENTS = ("correct", "em")
 
 
-def _is_correct(components: dict[str, float]) -> bool:
+def _is_correct(components: dict[str, float], success: str | None = None) -> bool:
+    """Solved = the success component is > 0 (components are weighted: give it a weight)."""
+    if success is not None:
+        if success not in components:
+            raise ValueError(f"eval.success_component {success!r} is not a reward component "
+                             f"(got {sorted(components)})")
+        return components[success] > 0
     for name in SUCCESS_COMPONENTS:
         if name in components:
             return components[name] > 0
@@ -101,20 +107,22 @@ def evaluate(
     *,
     seed: int = 0,
     agent_scorer: Callable[[Task, str], bool] | None = None,
+    success_component: str | None = None,
 ) -> tuple[EvalResult, list[Episode]]:
     """Runs `workflow` greedily once on each task. agent_scorer(task, text) -> correct; default:
-    the runner's reward function's "correct" component."""
+    the runner's reward function's success component (`success_component`, else "correct",
+    else "em")."""
     if not tasks:
         raise ValueError("evaluate needs at least one held-out task")
     start = time.perf_counter()
     with torch.no_grad():  # generation only: no autograd graph (callers need not remember)
         episodes = greedy_runner(runner, seed).run(tasks, workflow, group_size=1).episodes
-    correct = [_is_correct(ep.reward_components) for ep in episodes]
+    correct = [_is_correct(ep.reward_components, success_component) for ep in episodes]
 
     def score(task: Task, text: str) -> bool:
         if agent_scorer is not None:
             return agent_scorer(task, text)
-        return _is_correct(runner.reward_fn(task, text).components)
+        return _is_correct(runner.reward_fn(task, text).components, success_component)
 
     hits: dict[str, list[bool]] = {}
     for ep in episodes:

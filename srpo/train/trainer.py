@@ -346,7 +346,8 @@ class Trainer:
         for model in self.policies.models():
             model.eval()
         with torch.no_grad():
-            result, _ = evaluate(self.runner, self.workflow, self.heldout_tasks, seed=self.cfg.seed)
+            result, _ = evaluate(self.runner, self.workflow, self.heldout_tasks, seed=self.cfg.seed,
+                                 success_component=self.cfg.eval.success_component)
         print(f"[eval {label}] {result.summary()}  per agent: "
               + ", ".join(f"{a} {100 * v:.1f}%" for a, v in sorted(result.per_agent.items())), flush=True)
         # per-item correctness, for paired comparisons across runs (RUN/eval/<label>.json)

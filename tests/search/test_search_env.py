@@ -163,29 +163,30 @@ TASK = Task("q1", "Where was the founder of Veltra born?", "Kessel",
             metadata={"answer_aliases": ["Kessel village"]})
 
 
-@pytest.mark.parametrize("text,em,f1,fmt", [
-    ("<answer>Kessel</answer>", 1, 1, 1),
-    ("<search>x</search>\n<answer> the kessel. </answer>\n", 1, 1, 1),  # normalized
-    ("<answer>Kessel Village</answer>", 1, 1, 1),  # an alias
+@pytest.mark.parametrize("text,em,f1,cover,fmt", [
+    ("<answer>Kessel</answer>", 1, 1, 1, 1),
+    ("<search>x</search>\n<answer> the kessel. </answer>\n", 1, 1, 1, 1),  # normalized
+    ("<answer>Kessel Village</answer>", 1, 1, 1, 1),  # an alias
     # F1 vs "kessel" = 2*(1/3*1)/(1/3+1) = 0.5; vs "kessel village" = 2*(2/3*1)/(2/3+1) = 0.8
-    ("<answer>in Kessel village</answer>", 0, 0.8, 1),
-    ("<answer>Brannock</answer>", 0, 0, 1),
-    ("Kessel", 0, 0, 0),  # no answer block: no answer
-    ("<answer>Kessel", 0, 0, 0),  # unclosed answer
-    ("<search>a<answer>Kessel</answer>", 1, 1, 0),  # answered, but a malformed tag
-    ("<answer>Kessel</answer> and more", 1, 1, 0),  # text after the answer
-    ("<answer>Kessel</answer><answer>Ostmark</answer>", 1, 1, 0),  # the first answer counts
-    ("<answer></answer>", 0, 0, 0),
+    ("<answer>in Kessel village</answer>", 0, 0.8, 1, 1),  # covers the gold: cover 1
+    ("<answer>Brannock</answer>", 0, 0, 0, 1),
+    ("<answer>Kesselton</answer>", 0, 0, 0, 1),  # whole tokens only
+    ("Kessel", 0, 0, 0, 0),  # no answer block: no answer
+    ("<answer>Kessel", 0, 0, 0, 0),  # unclosed answer
+    ("<search>a<answer>Kessel</answer>", 1, 1, 1, 0),  # answered, but a malformed tag
+    ("<answer>Kessel</answer> and more", 1, 1, 1, 0),  # text after the answer
+    ("<answer>Kessel</answer><answer>Ostmark</answer>", 1, 1, 1, 0),  # the first answer counts
+    ("<answer></answer>", 0, 0, 0, 0),
 ])
-def test_em_f1_format(text, em, f1, fmt):
-    assert answer_scores(TASK, text) == pytest.approx({"em": em, "f1": f1, "format": fmt})
+def test_em_f1_cover_format(text, em, f1, cover, fmt):
+    assert answer_scores(TASK, text) == pytest.approx({"em": em, "f1": f1, "cover": cover, "format": fmt})
 
 
 def test_search_reward_weights_components_separately():
     r = SearchReward(em_weight=1.0, f1_weight=0.5, format_weight=0.2)(
         TASK, "<answer>in Kessel village</answer>")
-    assert r.components == pytest.approx({"em": 0.0, "f1": 0.8, "format": 1.0})
-    assert r.weighted_components() == pytest.approx({"em": 0.0, "f1": 0.4, "format": 0.2})
+    assert r.components == pytest.approx({"em": 0.0, "f1": 0.8, "cover": 1.0, "format": 1.0})
+    assert r.weighted_components() == pytest.approx({"em": 0.0, "f1": 0.4, "cover": 0.0, "format": 0.2})
     assert r.total == pytest.approx(0.6) and r.extracted == "in Kessel village"
     assert extract_answer("none") == (None, False)
     with pytest.raises(ValueError, match="no gold answer"):

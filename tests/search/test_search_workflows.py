@@ -26,8 +26,8 @@ TOK = build_byte_tokenizer()
 STOP = ("</search>",)
 # em 1, f1 0, format 0.1: a correct, well-formatted answer gives {"em": 1, "f1": 0, "format": 0.1}
 REWARD = SearchReward(em_weight=1.0, f1_weight=0.0, format_weight=0.1)
-FULL = {"em": 1.0, "f1": 0.0, "format": 0.1}
-NONE = {"em": 0.0, "f1": 0.0, "format": 0.0}
+FULL = {"em": 1.0, "f1": 0.0, "cover": 0.0, "format": 0.1}
+NONE = {"em": 0.0, "f1": 0.0, "cover": 0.0, "format": 0.0}
 
 
 def make_tasks(n=2):
@@ -144,7 +144,7 @@ def test_malformed_turn_gets_a_note_and_costs_the_format(first, reason):
     # the answer is right, but the trajectory broke the protocol: format 0 (except "no tag",
     # which is plain text and no protocol error)
     fmt = 0.1 if reason.startswith("no <search>") else 0.0
-    assert e.reward_components == pytest.approx({"em": 1.0, "f1": 0.0, "format": fmt})
+    assert e.reward_components == pytest.approx({"em": 1.0, "f1": 0.0, "cover": 0.0, "format": fmt})
 
 
 def test_too_many_calls_in_one_turn_are_dropped_with_a_note():
@@ -365,7 +365,7 @@ def test_search_config_builds_tasks_reward_agents_and_env():
         assert t.answer and t.metadata["supporting_doc_ids"] and t.metadata["hops"] in (1, 2, 3)
     reward = build_reward(cfg.task)
     assert isinstance(reward, SearchReward)
-    assert reward.weights == {"em": 1.0, "f1": 0.5, "format": 0.1}
+    assert reward.weights == {"em": 1.0, "f1": 0.5, "cover": 0.0, "format": 0.1}
     agents = build_agents(cfg)
     assert agents["searcher"].sampling.stop == ("</search>",) and agents["answerer"].sampling.stop == ()
     env = build_search_env(cfg.task)
@@ -460,7 +460,7 @@ def test_srpo_rollout_on_a_tiny_random_model(tmp_path, capsys, workflow, events)
     assert len(records) == 2 * 2
     for r in records:
         assert r["workflow"] == workflow and [t["event"] for t in r["transitions"]] == events
-        assert set(r["reward_components"]) == {"em", "f1", "format"}
+        assert set(r["reward_components"]) == {"em", "f1", "cover", "format"}
         assert "recall_at_k" in r["metadata"] and r["metadata"]["search_budget_exhausted"] in (0, 1)
         for t in r["transitions"]:
             for m in t["members"]:
@@ -501,7 +501,7 @@ def test_plain_text_fallback_turns_tagless_replies_into_queries_and_answers():
     assert env.retriever.calls == [["Veltra founded", "Veltra founded"]]  # first line only
     md = e.metadata
     assert (md["search_plain_queries"], md["search_invalid"], md["search_calls"]) == (2, 0, 2)
-    assert e.reward_components == pytest.approx({"em": 1.0, "f1": 0.0, "format": 0.0})  # no tag: no format
+    assert e.reward_components == pytest.approx({"em": 1.0, "f1": 0.0, "cover": 0.0, "format": 0.0})  # no tag: no format
 
     # without the fallback the same replies are invalid and score nothing
     env = search_env()
@@ -520,3 +520,26 @@ def test_plain_text_fallback_never_overrides_tags():
     assert extract_answer("<search>x</search> Kessel", plain_text_fallback=True) == (None, False)
     assert extract_answer("\n  \n", plain_text_fallback=True) == (None, False)
     assert extract_answer("Kessel") == (None, False)
+
+
+def test_cover_component_credits_answers_that_contain_the_gold_and_can_define_success():
+    from srpo.train.evaluate import evaluate
+
+    def wordy(req):
+        if req.agent == "query_writer":
+            return "<search>Veltra</search>"
+        return "<answer>The founder was born in Kessel.</answer>" if "(0)" in seen(req) else "<answer>Dorn</answer>"
+
+    runner, _ = runner_for(wordy)
+    runner.reward_fn = SearchReward(em_weight=0.0, f1_weight=0.0, format_weight=0.1, cover_weight=1.0)
+    wf = build_workflow("search_parallel", {"k": 2, "rounds": 1}).with_search_env(search_env())
+    (e0, e1) = runner.run(make_tasks(2), wf, group_size=1).episodes
+    assert e0.reward_components == pytest.approx({"em": 0.0, "f1": 0.0, "cover": 1.0, "format": 0.1})
+    assert e0.metadata["score_em"] == 0.0 and e0.metadata["score_cover"] == 1.0
+    assert e1.reward_components["cover"] == 0.0
+    result, _ = evaluate(runner, wf, make_tasks(2), success_component="cover")
+    assert result.correct == [True, False]
+    result, _ = evaluate(runner, wf, make_tasks(2))  # default success: em (weight 0 here)
+    assert result.correct == [False, False]
+    with pytest.raises(ValueError, match="not a reward component"):
+        evaluate(runner, wf, make_tasks(2), success_component="bleu")

@@ -125,6 +125,9 @@ def test_study_runs_every_cell_and_reports(tmp_path):
     assert summary["missing"] == []
     assert summary["cells"]["parallel2"]["srpo"]["seeds"] == 2
     assert (spec.output / "plots" / "reward_mean.png").exists()
+    # parallel k=2: sets of 2 (solvers) and 1 (aggregator) appear in the set-size diagnostics
+    assert set(summary["by_set_size"]["srpo"]["clip/k{k}/frac"]) == {"1", "2"}
+    assert "Diagnostics by set size" in text and (spec.output / "plots" / "by_set_size.png").exists()
     # a second invocation finds everything done and reruns nothing
     calls = []
     done2, _ = run_study(spec, launch=lambda argv, log: calls.append(argv) or 0, log=lambda s: None)

@@ -1,7 +1,7 @@
 """Outcome reward of search tasks: exact match, token F1 and format, kept as separate components.
 
     SearchReward(em_weight=1.0, f1_weight=0.0, format_weight=0.1)(task, text) -> SearchRewardResult
-    total = em_weight * em + f1_weight * f1 + format_weight * format
+    total = em_weight * em + f1_weight * f1 + cover_weight * cover + format_weight * format
 
 `text` is what the answering agent generated (observations excluded; the search workflows pass
 the searcher's generations joined by newlines). Its answer is the content of the first
@@ -10,6 +10,8 @@ ended the search loop; no such block: no answer, em = f1 = 0.
   em:     1 if the normalized answer equals a normalized gold answer (task.answer or one of
           task.metadata["answer_aliases"]), else 0
   f1:     the best token F1 against the gold answers (normalized tokens, multiset overlap)
+  cover:  1 if a normalized gold answer occurs in the normalized answer as whole tokens
+          ("cover exact match": "It was Kessel." covers "Kessel"), else 0
   format: 1 if the text follows the protocol: no malformed tag or empty query anywhere, exactly
           one answer block, non-empty, and nothing but whitespace after it
 Normalization, EM and F1 are srpo.tasks.search.answers' (SQuAD: lower case, punctuation and
@@ -23,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from srpo.tasks.search.answers import exact_match, token_f1
+from srpo.tasks.search.answers import contains_answer, exact_match, token_f1
 from srpo.tasks.search.env import parse_turn, sanitize
 from srpo.types import Task
 
@@ -61,18 +63,19 @@ def extract_answer(text: str, *, plain_text_fallback: bool = False) -> tuple[str
 
 
 def answer_scores(task: Task, text: str, *, plain_text_fallback: bool = False) -> dict[str, float]:
-    """Unweighted {"em", "f1", "format"} of a text (the workflows log them as metadata)."""
+    """Unweighted {"em", "f1", "cover", "format"} of a text (the workflows log them as metadata)."""
     answer, formatted = extract_answer(text, plain_text_fallback=plain_text_fallback)
     golds = gold_answers(task)
     if answer is None:
-        return {"em": 0.0, "f1": 0.0, "format": 0.0}
+        return {"em": 0.0, "f1": 0.0, "cover": 0.0, "format": 0.0}
     return {"em": exact_match(answer, golds[0], golds[1:]),
-            "f1": token_f1(answer, golds[0], golds[1:]), "format": float(formatted)}
+            "f1": token_f1(answer, golds[0], golds[1:]),
+            "cover": float(contains_answer(answer, golds[0], golds[1:])), "format": float(formatted)}
 
 
 @dataclass(frozen=True)
 class SearchRewardResult:
-    """total: the weighted sum. components: unweighted {"em", "f1", "format"}. extracted: the
+    """total: the weighted sum. components: unweighted {"em", "f1", "cover", "format"}. extracted: the
     answer read (None: no answer block)."""
 
     total: float
@@ -89,9 +92,10 @@ class SearchReward:
     """Exact match, token F1 and format of a search answer against task.answer (+ aliases)."""
 
     def __init__(self, em_weight: float = 1.0, f1_weight: float = 0.0,
-                 format_weight: float = 0.1, plain_text_fallback: bool = False):
+                 format_weight: float = 0.1, plain_text_fallback: bool = False,
+                 cover_weight: float = 0.0):
         self.plain_text_fallback = plain_text_fallback  # untagged replies answer (format 0)
-        self.weights = {"em": float(em_weight), "f1": float(f1_weight),
+        self.weights = {"em": float(em_weight), "f1": float(f1_weight), "cover": float(cover_weight),
                         "format": float(format_weight)}
         for k, w in self.weights.items():
             if not math.isfinite(w):
