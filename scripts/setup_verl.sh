@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates .venv-verl: srpo + verl 0.9.x on the CPU build of torch, for the verl integration's
-# tests (tests/verl) and for preparing recipe data. Separate from .venv on purpose: verl 0.9.1
+# tests (tests/verl_integration) and for preparing recipe data. Separate from .venv on purpose: verl 0.9.1
 # pins transformers<5.11 and tensordict<=0.10, while the core environment runs a newer
 # transformers. Idempotent: a stamp keyed by pyproject.toml and this script skips work done.
 #

@@ -9,8 +9,7 @@ import asyncio
 
 import pytest
 
-# "verl.trainer", not "verl": without verl installed, "verl" would resolve to this tests/verl
-# folder as a namespace package (tests/ is on sys.path), and the skip would not happen.
+# "verl.trainer": a submodule only the real verl package has
 pytest.importorskip("verl.trainer")
 
 from omegaconf import OmegaConf

@@ -1,4 +1,4 @@
-"""Helpers of the verl integration tests (tests/verl): a composed verl config, synthetic
+"""Helpers of the verl integration tests (tests/verl_integration): a composed verl config, synthetic
 multi-agent rows, verl's micro-batch pipeline replayed on CPU, a scripted generation server.
 
 Not a conftest.py (see tests/rollout/rollout_helpers.py): test files import from here after

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-# "verl.trainer", not "verl": without verl installed, "verl" would resolve to this tests/verl
-# folder as a namespace package (tests/ is on sys.path), and the skip would not happen.
+# "verl.trainer": a submodule only the real verl package has
 pytest.importorskip("verl.trainer")
 
 from verl import DataProto
