@@ -25,6 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--settings", help="only these settings (comma-separated)")
     p.add_argument("--methods", help="only these methods (comma-separated; 'base' = the base evaluations)")
     p.add_argument("--seeds", help="only these seeds (comma-separated)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="cells run at once, each in its own process (give each train.threads=1 on a small CPU)")
     p.add_argument("--list", action="store_true", help="list the cells and their state; run nothing")
     p.add_argument("--report-only", action="store_true", help="only rewrite results.md, summary.json, plots")
     p.add_argument("--in-process", action="store_true",
@@ -69,7 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     failed = []
     if not args.report_only:
         launch = inprocess_launcher if args.in_process else subprocess_launcher
-        _, failed = run_study(spec, launch=launch, max_minutes=args.max_minutes, only=only)
+        try:
+            _, failed = run_study(spec, launch=launch, max_minutes=args.max_minutes, only=only, jobs=args.jobs)
+        except ValueError as e:
+            print(f"study: {e}", file=sys.stderr)
+            return 2
     paths = write_report(spec)
     print(f"[study] report: {paths['markdown']}")
     if failed:

@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -116,6 +117,20 @@ def read_metrics(path: Path) -> list[dict[str, float]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def code_version() -> str:
+    """The git commit of the code a cell ran with (+"-dirty" with uncommitted changes), or
+    "unknown" outside a git checkout."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "srpo"], cwd=root, capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("-dirty" if dirty else "")
+
+
 def _training_totals(rows: list[dict[str, float]]) -> dict[str, float]:
     """What the budget actually was: rollouts, members and tokens generated over the run."""
     steps = [r for r in rows if "rollout/episodes" in r]
@@ -172,6 +187,7 @@ def run_cell(spec: StudySpec, cell: Cell, launch: Launcher = subprocess_launcher
         "fingerprint": fingerprint,
         "wall_seconds": wall,  # of the last (resumed) part; train_seconds covers every step
         "resumed": resume,
+        "code": code_version(),
         "accuracy": evaluation["accuracy"],
         "ci_low": evaluation["ci_low"],
         "ci_high": evaluation["ci_high"],
@@ -201,36 +217,68 @@ def run_study(
     max_minutes: float | None = None,
     only: Callable[[Cell], bool] | None = None,
     log: Callable[[str], None] = print,
+    jobs: int = 1,
 ) -> tuple[list[Cell], list[tuple[Cell, str]]]:
-    """Runs every pending cell (those `only` accepts) until done or out of time. A failed cell is
-    reported and the rest go on. Returns (cells done, (cell, error) failures)."""
+    """Runs every pending cell (those `only` accepts) until done or out of time, `jobs` cells at
+    a time (each its own process; on a small CPU, several 1-thread cells beat one 2-thread cell).
+    A failed cell is reported and the rest go on. Returns (cells done, (cell, error) failures)."""
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    if jobs > 1 and launch is inprocess_launcher:
+        raise ValueError("jobs > 1 needs the subprocess launcher (cells in one process share global state)")
     spec.output.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    done, failed = [], []
+    done: list[Cell] = []
+    failed: list[tuple[Cell, str]] = []
     durations: list[float] = []
+    lock = threading.Lock()
     cells = [c for c in plan_cells(spec) if only is None or only(c)]
-    for i, cell in enumerate(cells):
-        pending = not (cell.directory(spec.output) / "result.json").exists()
-        if pending and max_minutes is not None:
-            elapsed = time.perf_counter() - start
-            expected = max(durations) if durations else 0.0
-            if elapsed + expected > 60 * max_minutes:
-                log(f"[study] time budget of {max_minutes:g} min reached after {elapsed / 60:.1f} min; "
-                    f"{sum(1 for c in cells[i:] if not (c.directory(spec.output) / 'result.json').exists())} "
-                    "cells left: run the same command again to continue")
-                break
-        t0 = time.perf_counter()
-        if pending:
-            log(f"[study] {i + 1}/{len(cells)} {cell.label} ...")
-        try:
-            result = run_cell(spec, cell, launch)
-        except CellFailed as e:
-            failed.append((cell, str(e)))
-            log(f"[study] FAILED {e}")
-            continue
-        if pending:
-            durations.append(time.perf_counter() - t0)
-            log(f"[study] {cell.label}: held-out {100 * result['accuracy']:.1f}% of {result['n']} "
-                f"({time.perf_counter() - t0:.0f} s)")
-        done.append(cell)
+    queue = list(enumerate(cells))
+    stopped = False
+
+    def pending(cell: Cell) -> bool:
+        return not (cell.directory(spec.output) / "result.json").exists()
+
+    def worker() -> None:
+        nonlocal stopped
+        while True:
+            with lock:
+                if not queue or stopped:
+                    return
+                i, cell = queue.pop(0)
+                todo = pending(cell)
+                if todo and max_minutes is not None:
+                    elapsed = time.perf_counter() - start
+                    expected = max(durations) if durations else 0.0
+                    if elapsed + expected > 60 * max_minutes:
+                        stopped = True
+                        left = sum(1 for c in cells if pending(c))
+                        log(f"[study] time budget of {max_minutes:g} min reached after {elapsed / 60:.1f} min; "
+                            f"{left} cells left: run the same command again to continue")
+                        return
+                if todo:
+                    log(f"[study] {i + 1}/{len(cells)} {cell.label} ...")
+            t0 = time.perf_counter()
+            try:
+                result = run_cell(spec, cell, launch)
+            except CellFailed as e:
+                with lock:
+                    failed.append((cell, str(e)))
+                    log(f"[study] FAILED {e}")
+                continue
+            with lock:
+                if todo:
+                    durations.append(time.perf_counter() - t0)
+                    log(f"[study] {cell.label}: held-out {100 * result['accuracy']:.1f}% of {result['n']} "
+                        f"({time.perf_counter() - t0:.0f} s)")
+                done.append(cell)
+
+    threads = [threading.Thread(target=worker, name=f"study-{k}") for k in range(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    order = {c: i for i, c in enumerate(cells)}
+    done.sort(key=order.__getitem__)
+    failed.sort(key=lambda f: order[f[0]])
     return done, failed

@@ -263,3 +263,26 @@ def test_cli_lists_cells_and_refuses_unknown_names(tmp_path, capsys):
     assert out.count("pending") == 12 and "parallel2/grpo/seed1" in out
     assert study_main([str(spec_path), "--methods", "ppo"]) == 2
     assert "unknown method" in capsys.readouterr().err
+
+
+def test_parallel_jobs_run_every_cell_once(tmp_path):
+    spec = parse_spec(_one_setting(tmp_path, seeds=[0, 1]))
+    launched = []
+    lock = __import__("threading").Lock()
+
+    def fake(argv, log):  # stands in for a subprocess: writes what a finished cell leaves
+        d = Path(argv[1]).parent
+        with lock:
+            launched.append(str(d))
+        name = "base.json" if argv[0] == "eval" else "after.json"
+        (d / "eval").mkdir(parents=True, exist_ok=True)
+        (d / "eval" / name).write_text(json.dumps({"accuracy": 0.5, "ci_low": 0.1, "ci_high": 0.9, "n": 2,
+                                                   "per_agent": {}, "task_ids": ["a", "b"],
+                                                   "correct": [True, False]}))
+        return 0
+
+    done, failed = run_study(spec, launch=fake, jobs=3, log=lambda s: None)
+    assert not failed and len(done) == 6 and sorted(launched) == sorted(set(launched))
+    assert [c.label for c in done] == [c.label for c in plan_cells(spec)]
+    with pytest.raises(ValueError, match="subprocess launcher"):
+        run_study(spec, launch=inprocess_launcher, jobs=2)
