@@ -302,6 +302,9 @@ class HFGenerateBackend:
             # HF's own warpers are off (temperature 1, no top-k/top-p): ours above do the same
             # thing in the same order, and let the recorder see the final scores.
             **({"temperature": 1.0, "top_k": 0, "top_p": 1.0} if not sampling.greedy else {}),
+            # what the trainer's log-probs assume: no penalty a model folder's generation_config
+            # may carry (Qwen2.5's sets repetition_penalty 1.05)
+            repetition_penalty=1.0,
             eos_token_id=eos_id,
             pad_token_id=pad_id,
             bos_token_id=tokenizer.bos_token_id,

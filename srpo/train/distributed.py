@@ -47,6 +47,10 @@ def init_distributed(device: str) -> DistContext:
     if world <= 1:
         return DistContext()
     if not dist.is_initialized():
+        if device.startswith("cuda"):
+            # each rank on its own GPU before NCCL starts: otherwise every rank's collectives
+            # (barriers, object broadcasts) run on GPU 0
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
     return DistContext(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 

@@ -347,3 +347,18 @@ def test_gpu_smoke_script_runs_the_gpu_presets():
     for preset in ("configs/gpu/math_gsm8k.yaml", "configs/gpu/search_nq.yaml"):
         assert (REPO / preset).is_file() and preset in text
     assert "model.dtype=bfloat16" in text and "max_memory_allocated" in text
+
+
+def test_gpu_smoke_script_configs_load(tmp_path):
+    """The override lists of the script's phases, evaluated as the script does, load."""
+    text = SCRIPT.read_text()
+    body = text[text.index("<<'PYTHON'\n") : text.index("\nPYTHON\n")]
+    defs = body[body.index("COMMON = [") : body.index("\ndef phase(")]
+    scope = {"model": "smollm2", "device": "cuda", "steps": 4, "out": tmp_path}
+    exec(defs, scope)
+    math_cfg = load_config(GPU / "math_gsm8k.yaml", [*scope["COMMON"], *scope["MATH"], "train.steps=2"])
+    assert (math_cfg.device, math_cfg.model.dtype, math_cfg.task.source) == ("cuda", "bfloat16", "reasoning_gym")
+    search_cfg = load_config(GPU / "search_nq.yaml", [*scope["COMMON"], *scope["SEARCH"]])
+    assert (search_cfg.task.search.corpus, search_cfg.task.search.index_dir) == ("world", None)
+    assert build_workflow_from(search_cfg).name == "search_parallel"
+
