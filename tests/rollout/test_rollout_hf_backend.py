@@ -256,3 +256,19 @@ def test_generation_runs_in_eval_mode_and_restores_the_callers_mode(tiny):
         assert seen_modes == [False, False] and model.training is False
     finally:
         del model.generate
+
+
+def test_a_model_folders_repetition_penalty_does_not_change_what_is_sampled(tiny):
+    """Sampling-time log-probs assume plain temperature sampling: a repetition_penalty from a
+    model's generation_config (Qwen2.5 ships one) must not leak into generate."""
+    model, tok = tiny
+    sp = SamplingParams(temperature=0, max_new_tokens=10)
+    reqs = _requests(tok, ["a a a a", "b b b"], sp)
+    plain = HFGenerateBackend(PolicySet.shared(model, tok)).generate("shared", reqs)
+    saved = model.generation_config.repetition_penalty
+    model.generation_config.repetition_penalty = 5.0
+    try:
+        penalized = HFGenerateBackend(PolicySet.shared(model, tok)).generate("shared", reqs)
+    finally:
+        model.generation_config.repetition_penalty = saved
+    assert [g.token_ids for g in penalized] == [g.token_ids for g in plain]
