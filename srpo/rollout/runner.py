@@ -59,6 +59,48 @@ class _Live:
     value: Any = None  # what run() returned (the reward components)
 
 
+class EpisodeDriver:
+    """One episode advanced by a caller that generates the requests itself (e.g. an async
+    generation server, one episode at a time): the same records as RolloutRunner.run.
+
+        driver = runner.start_episode(task, workflow)
+        while not driver.done:
+            driver.submit([my_generate(r) for r in driver.requests])
+        episode = driver.finish()
+    """
+
+    def __init__(self, runner: RolloutRunner, live: _Live):
+        self._runner = runner
+        self._live = live
+        runner._advance(live, None)
+
+    @property
+    def done(self) -> bool:
+        return self._live.done
+
+    @property
+    def requests(self) -> list[GenerationRequest]:
+        """This round's requests (empty once done); answer them in this order."""
+        return list(self._live.requests)
+
+    def submit(self, generations: Sequence[Generation]) -> None:
+        """One generation per request of this round, in order; advances the workflow."""
+        lv = self._live
+        if lv.done:
+            raise ValueError(f"{self._runner._where(lv)}: the episode is finished; nothing to submit")
+        if len(generations) != len(lv.requests):
+            raise ValueError(f"{self._runner._where(lv)}: {len(generations)} generations for "
+                             f"{len(lv.requests)} requests")
+        for req, target, gen in zip(lv.requests, lv.targets, generations):
+            self._runner._apply(lv, req, target, gen)
+        self._runner._advance(lv, lv.targets[0] if lv.single else list(lv.targets))
+
+    def finish(self) -> Episode:
+        if not self._live.done:
+            raise ValueError(f"{self._runner._where(self._live)}: the episode is still running")
+        return self._runner._finish(self._live)
+
+
 class RolloutRunner:
     """Runs workflows on tasks with the given agents, backend and task reward (module doc).
 
@@ -160,6 +202,14 @@ class RolloutRunner:
             "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
         }
         return RolloutResult(episodes=episodes, stats=stats)
+
+    def start_episode(self, task: Task, workflow: Workflow, *, rollout_index: int = 0) -> EpisodeDriver:
+        """One episode to drive request by request (EpisodeDriver)."""
+        check_agent_names(
+            getattr(workflow, "agents", ()), self.agents, where=f"workflow {workflow.name!r}"
+        )
+        ctx = EpisodeContext(task, workflow.name, rollout_index=rollout_index, seed=self.seed, runner=self)
+        return EpisodeDriver(self, _Live(ctx=ctx, gen=workflow.run(task, ctx)))
 
     def _where(self, lv: _Live) -> str:
         c = lv.ctx

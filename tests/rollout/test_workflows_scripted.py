@@ -229,3 +229,32 @@ def test_episodes_feed_the_objective_unchanged(tok):
     # rewards alternate 1.1 / 0.1 inside every group of 4 -> advantages +-0.866 (std-scaled)
     adv = prepared.member_advantages
     assert adv is not None and torch.all(adv.abs() > 0.5)
+
+
+@pytest.mark.parametrize("name, params", [("parallel", {"k": 3}), ("debate", {"rounds": 2}),
+                                          ("planner", {}), ("routed", {})])
+def test_an_episode_driven_request_by_request_equals_the_batched_run(tok, name, params):
+    """RolloutRunner.start_episode: the caller generates (e.g. an async server); same records."""
+    runner, backend = scripted_runner(tok, seed=3)
+    wf = build_workflow(name, params)
+    (task,) = make_tasks(1)
+    batched = runner.run([task], wf, group_size=1).episodes[0]
+    driver = runner.start_episode(task, wf)
+    rounds = 0
+    while not driver.done:
+        rounds += 1
+        reqs = driver.requests
+        driver.submit(backend.generate(reqs[0].policy, reqs))
+    driven = driver.finish()
+    assert rounds >= 2
+    assert [(s.event, s.agents) for s in driven.transitions] == [(s.event, s.agents) for s in batched.transitions]
+    assert [m.response_ids for s in driven.transitions for m in s.members] == \
+        [m.response_ids for s in batched.transitions for m in s.members]
+    assert driven.reward_components == batched.reward_components
+    with pytest.raises(ValueError, match="finished"):
+        driver.submit([])
+    unfinished = runner.start_episode(task, wf)
+    with pytest.raises(ValueError, match="still running"):
+        unfinished.finish()
+    with pytest.raises(ValueError, match="generations for"):
+        unfinished.submit([])

@@ -25,9 +25,9 @@ from srpo.integrations.verl import fields
 from srpo.rollout.agents import AgentSpec, check_agent_names
 from srpo.rollout.backends import BackendStats, Generation, GenerationRequest
 from srpo.rollout.policies import PolicySet
-from srpo.rollout.runner import RewardFn, RolloutRunner, _Live
+from srpo.rollout.runner import RewardFn, RolloutRunner
 from srpo.types import Episode, Task
-from srpo.workflows.base import EpisodeContext, Workflow
+from srpo.workflows.base import Workflow
 
 GenerateFn = Callable[[GenerationRequest], Awaitable[Generation]]
 
@@ -90,16 +90,10 @@ async def run_episode(
 ) -> Episode:
     """Run `setup.workflow` on `task`; each round's requests are generated concurrently."""
     runner = RolloutRunner(setup.agents, _NoBatchBackend(tokenizer, setup.policy), setup.reward_fn, seed=seed)
-    wf = setup.workflow
-    ctx = EpisodeContext(task, wf.name, rollout_index=rollout_index, seed=seed, runner=runner)
-    live = _Live(ctx=ctx, gen=wf.run(task, ctx))
-    runner._advance(live, None)
-    while not live.done:
-        gens = await asyncio.gather(*(generate(r) for r in live.requests))
-        for req, target, gen in zip(live.requests, live.targets, gens):
-            runner._apply(live, req, target, gen)
-        runner._advance(live, live.targets[0] if live.single else list(live.targets))
-    return runner._finish(live)
+    driver = runner.start_episode(task, setup.workflow, rollout_index=rollout_index)
+    while not driver.done:
+        driver.submit(await asyncio.gather(*(generate(r) for r in driver.requests)))
+    return driver.finish()
 
 
 def episode_records(episode: Episode) -> list[dict[str, Any]]:
