@@ -220,7 +220,7 @@ def set_size_markdown(sizes: dict[str, dict[str, dict[int, float]]]) -> str:
              "|---|---|" + "---|" * len(ks)]
     for m, diags in sizes.items():
         for d, per_k in diags.items():
-            lines.append(f"| {m} | {d.replace('{k}', 'k')} | "
+            lines.append(f"| {m} | {d.replace('{k}', '')} | "
                          + " | ".join(f"{per_k[k]:.3g}" if k in per_k else "-" for k in ks) + " |")
     return "\n".join(lines) + "\n"
 
@@ -319,7 +319,7 @@ def plot_by_set_size(spec: StudySpec, out_dir: Path) -> Path | None:
             if d in diags:
                 ks = sorted(diags[d])
                 ax.plot(ks, [diags[d][k] for k in ks], marker="o", label=m)
-        ax.set_title(d.replace("{k}", "k"), fontsize=9)
+        ax.set_title(d.replace("{k}", ""), fontsize=9)
         ax.set_xlabel("set size k")
     axes[0][-1].legend(fontsize=7)
     fig.suptitle(f"{spec.name}: diagnostics by set size (mean over steps and runs)", fontsize=9)
