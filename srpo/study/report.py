@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from srpo.study.runner import iter_results, read_metrics
+from srpo.study.runner import Cell, iter_results, read_metrics
 from srpo.study.spec import StudySpec
 from srpo.train.stats import Interval, paired_comparison
 
@@ -50,17 +51,33 @@ def _fmt(iv: Interval, n: int) -> str:
     return f"{_pct(iv.estimate)} [{_pct(iv.low)}, {_pct(iv.high)}]"
 
 
-def collect(spec: StudySpec) -> dict[str, Any]:
-    """Every cell's result, keyed (setting, method, seed); base cells under method 'base'."""
-    results: dict[tuple[str, str, int], dict[str, Any]] = {}
-    missing = []
+@dataclass(frozen=True)
+class StudyRuns:
+    """Every planned cell's files, read once: the finished cells' result.json and metrics.jsonl
+    rows, and the cells not run yet. Every table and plot of a report reads from this."""
+
+    done: list[tuple[Cell, dict[str, Any], list[dict[str, float]]]]  # (cell, result, metrics rows)
+    missing: list[Cell]
+
+    def select(self, *, setting: str | None = None, method: str | None = None):
+        """(cell, result, rows) of the finished cells of one setting and/or method (None: any)."""
+        return [(c, r, rows) for c, r, rows in self.done
+                if (setting is None or c.setting == setting) and (method is None or c.method == method)]
+
+
+def load_runs(spec: StudySpec) -> StudyRuns:
+    """Reads each planned cell's result and metrics once."""
+    done, missing = [], []
     for cell, result in iter_results(spec):
-        key = (cell.setting, cell.method or "base", cell.seed)
         if result is None:
-            missing.append("/".join(map(str, key)))
+            missing.append(cell)
         else:
-            results[key] = result
-    return {"results": results, "missing": missing}
+            done.append((cell, result, read_metrics(cell.directory(spec.output) / "metrics.jsonl")))
+    return StudyRuns(done, missing)
+
+
+def _key(cell: Cell) -> tuple[str, str, int]:
+    return (cell.setting, cell.method or "base", cell.seed)
 
 
 def _aligned(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[bool], list[bool]]:
@@ -70,10 +87,11 @@ def _aligned(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[bool], list[boo
     return a["correct"], b["correct"]
 
 
-def summarize(spec: StudySpec) -> dict[str, Any]:
+def summarize(spec: StudySpec, runs: StudyRuns | None = None) -> dict[str, Any]:
     """The numbers behind the tables (also written as summary.json)."""
-    got = collect(spec)
-    results = got["results"]
+    runs = runs if runs is not None else load_runs(spec)
+    # keyed (setting, method, seed); base cells under method "base"
+    results = {_key(c): r for c, r, _ in runs.done}
     methods = [m.name for m in spec.methods]
     columns = (["base"] if spec.base_eval else []) + methods
     cells: dict[str, dict[str, Any]] = {}
@@ -127,23 +145,24 @@ def summarize(spec: StudySpec) -> dict[str, Any]:
             budget[m] = {k: sum(r[k] for r in rows) / len(rows)
                          for k in ("steps", "episodes", "members", "tokens_generated", "train_seconds", "wall_seconds")}
     return {"spec": spec.name, "reference": ref, "cells": cells, "macro": macro, "paired": paired,
-            "budget": budget, "missing": got["missing"]}
+            "budget": budget, "missing": ["/".join(map(str, _key(c))) for c in runs.missing]}
 
 
-def metric_table(spec: StudySpec, metrics: Sequence[str]) -> dict[str, dict[str, dict[str, Any]]]:
+def metric_table(spec: StudySpec, metrics: Sequence[str], runs: StudyRuns | None = None
+                 ) -> dict[str, dict[str, dict[str, Any]]]:
     """Per (setting, method) and metric: mean over seeds of the run's mean and of its maximum over
     steps, and the number of non-finite values (for the stability study)."""
+    runs = runs if runs is not None else load_runs(spec)
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for s in spec.settings:
         for m in spec.methods:
-            runs = [read_metrics(c.directory(spec.output) / "metrics.jsonl")
-                    for c, r in iter_results(spec) if r and c.setting == s.name and c.method == m.name]
-            if not runs:
+            logs = [rows for _, _, rows in runs.select(setting=s.name, method=m.name)]
+            if not logs:
                 continue
             row = {}
             for key in metrics:
                 means, maxes, bad = [], [], 0
-                for rows in runs:
+                for rows in logs:
                     vals = [r[key] for r in rows if key in r]
                     bad += sum(1 for v in vals if not math.isfinite(v))
                     vals = [v for v in vals if math.isfinite(v)]
@@ -233,9 +252,11 @@ def _smooth(values: list[float], window: int) -> list[float]:
     return out
 
 
-def plot_curves(spec: StudySpec, metrics: Sequence[str], out_dir: Path, *, window: int = 3) -> list[Path]:
+def plot_curves(spec: StudySpec, metrics: Sequence[str], out_dir: Path, *, window: int = 3,
+                runs: StudyRuns | None = None) -> list[Path]:
     """One figure per metric: a panel per setting, a line per method (mean over seeds, moving
     average over `window` steps)."""
+    runs = runs if runs is not None else load_runs(spec)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -246,26 +267,22 @@ def plot_curves(spec: StudySpec, metrics: Sequence[str], out_dir: Path, *, windo
     settings = [s.name for s in spec.settings]
     for key in metrics:
         fig, axes = plt.subplots(1, len(settings), figsize=(4 * len(settings), 3.2), squeeze=False)
-        any_line = False
+        legend_ax = None  # the last panel with a line (a panel of a setting not run yet has none)
         for ax, s in zip(axes[0], settings):
             for m in spec.methods:
-                series = []
-                for c, r in iter_results(spec):
-                    if r and c.setting == s and c.method == m.name:
-                        rows = [row for row in read_metrics(c.directory(spec.output) / "metrics.jsonl") if key in row
-                                and "rollout/episodes" in row]
-                        series.append([row[key] for row in rows])
+                series = [[row[key] for row in rows if key in row and "rollout/episodes" in row]
+                          for _, _, rows in runs.select(setting=s, method=m.name)]
                 if not series:
                     continue
                 length = min(len(x) for x in series)
                 mean = [sum(x[i] for x in series) / len(series) for i in range(length)]
                 ax.plot(range(1, length + 1), _smooth(mean, window), label=f"{m.name} ({len(series)})")
-                any_line = True
+                legend_ax = ax
             ax.set_title(s, fontsize=9)
             ax.set_xlabel("step")
         axes[0][0].set_ylabel(key)
-        if any_line:
-            axes[0][-1].legend(fontsize=7)
+        if legend_ax is not None:
+            legend_ax.legend(fontsize=7)
         fig.suptitle(f"{spec.name}: {key} (mean over seeds, moving average {window})", fontsize=9)
         fig.tight_layout()
         path = out_dir / (key.replace("/", "_") + ".png")
@@ -278,7 +295,7 @@ def plot_curves(spec: StudySpec, metrics: Sequence[str], out_dir: Path, *, windo
 SET_SIZE_DIAGNOSTICS = ("clip/k{k}/frac", "set_ratio/k{k}/log_std", "adv/k{k}/abs_mean")
 
 
-def by_set_size(spec: StudySpec) -> dict[str, dict[str, dict[int, float]]]:
+def by_set_size(spec: StudySpec, runs: StudyRuns | None = None) -> dict[str, dict[str, dict[int, float]]]:
     """Per method and diagnostic, the mean over every logged step of every run (all settings)
     for each set size k found in the logs: {method: {diagnostic: {k: value}}}."""
     import re
@@ -286,12 +303,11 @@ def by_set_size(spec: StudySpec) -> dict[str, dict[str, dict[int, float]]]:
     out: dict[str, dict[str, dict[int, float]]] = {}
     patterns = {d: re.compile("^" + re.escape(d).replace(re.escape("{k}"), r"(\d+)") + "$")
                 for d in SET_SIZE_DIAGNOSTICS}
+    runs = runs if runs is not None else load_runs(spec)
     for m in spec.methods:
         sums: dict[str, dict[int, list[float]]] = {d: {} for d in SET_SIZE_DIAGNOSTICS}
-        for c, r in iter_results(spec):
-            if not r or c.method != m.name:
-                continue
-            for row in read_metrics(c.directory(spec.output) / "metrics.jsonl"):
+        for _, _, rows in runs.select(method=m.name):
+            for row in rows:
                 for key, value in row.items():
                     for d, pat in patterns.items():
                         hit = pat.match(key)
@@ -301,9 +317,9 @@ def by_set_size(spec: StudySpec) -> dict[str, dict[str, dict[int, float]]]:
     return out
 
 
-def plot_by_set_size(spec: StudySpec, out_dir: Path) -> Path | None:
+def plot_by_set_size(spec: StudySpec, out_dir: Path, runs: StudyRuns | None = None) -> Path | None:
     """One panel per diagnostic: its mean over steps and runs against the set size, per method."""
-    data = by_set_size(spec)
+    data = by_set_size(spec, runs)
     if not any(data.values()):
         return None
     import matplotlib
@@ -332,21 +348,22 @@ def plot_by_set_size(spec: StudySpec, out_dir: Path) -> Path | None:
 
 def write_report(spec: StudySpec, *, plots: bool = True) -> dict[str, Path]:
     """SPEC.output/results.md, summary.json and plots/*.png."""
-    summary = summarize(spec)
-    metrics = metric_table(spec, spec.report_metrics)
+    runs = load_runs(spec)
+    summary = summarize(spec, runs)
+    metrics = metric_table(spec, spec.report_metrics, runs)
     out = {"markdown": spec.output / "results.md", "summary": spec.output / "summary.json"}
     spec.output.mkdir(parents=True, exist_ok=True)
     out["markdown"].write_text(markdown(spec, summary, metrics))
-    sizes = by_set_size(spec)
+    sizes = by_set_size(spec, runs)
     if any(sizes.values()):
         text = out["markdown"].read_text()
         out["markdown"].write_text(text + "\n" + set_size_markdown(sizes))
     summary_json = {**summary, "metrics": metrics, "by_set_size": sizes}
     out["summary"].write_text(json.dumps(summary_json, indent=1) + "\n")
     if plots:
-        for p in plot_curves(spec, spec.report_metrics, spec.output / "plots"):
+        for p in plot_curves(spec, spec.report_metrics, spec.output / "plots", runs=runs):
             out[p.stem] = p
-        size_plot = plot_by_set_size(spec, spec.output / "plots")
+        size_plot = plot_by_set_size(spec, spec.output / "plots", runs)
         if size_plot is not None:
             out[size_plot.stem] = size_plot
     return out

@@ -14,7 +14,7 @@ import yaml
 from srpo.config import ConfigError
 from srpo.study.cli import main as study_main
 from srpo.study.report import summarize, t_interval, write_report
-from srpo.study.runner import CellFailed, inprocess_launcher, plan_cells, run_cell, run_study
+from srpo.study.runner import CellFailed, inprocess_launcher, plan_cells, read_metrics, run_cell, run_study
 from srpo.study.spec import parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,7 +103,7 @@ def _one_setting(tmp_path: Path, **extra) -> dict:
     return data
 
 
-def test_study_runs_every_cell_and_reports(tmp_path):
+def test_study_runs_every_cell_and_reports(tmp_path, monkeypatch):
     spec = parse_spec(_one_setting(tmp_path))
     done, failed = run_study(spec, launch=inprocess_launcher, log=lambda s: None)
     assert not failed and len(done) == 6
@@ -118,7 +118,12 @@ def test_study_runs_every_cell_and_reports(tmp_path):
     runs = [json.loads((c.directory(spec.output) / "result.json").read_text())
             for c in plan_cells(spec) if c.method]
     assert len({(r["steps"], r["episodes"], r["members"]) for r in runs}) == 1
+    import srpo.study.report as report
+
+    reads = []  # the report reads each finished cell's metrics once, for every table and plot
+    monkeypatch.setattr(report, "read_metrics", lambda path: reads.append(path) or read_metrics(path))
     paths = write_report(spec)
+    assert sorted(reads) == sorted(c.directory(spec.output) / "metrics.jsonl" for c in plan_cells(spec))
     text = paths["markdown"].read_text()
     assert "| parallel2 |" in text and "macro-average" in text and "Paired comparison with `srpo`" in text
     summary = json.loads(paths["summary"].read_text())
