@@ -166,6 +166,7 @@ def run_cell(spec: StudySpec, cell: Cell, launch: Launcher = subprocess_launcher
     # always the spec's config (a run rewrites config.yaml with its own overrides, if any)
     config_path.write_text(yaml.safe_dump(cfg_dict, sort_keys=False))
     log = d / "train.log"
+    code = code_version()  # at launch: the code the cell's process imports
     start = time.perf_counter()
     if cell.method is None:
         argv = ["eval", str(config_path), "--out", str(d / "eval" / "base.json")]
@@ -187,7 +188,7 @@ def run_cell(spec: StudySpec, cell: Cell, launch: Launcher = subprocess_launcher
         "fingerprint": fingerprint,
         "wall_seconds": wall,  # of the last (resumed) part; train_seconds covers every step
         "resumed": resume,
-        "code": code_version(),
+        "code": code,
         "accuracy": evaluation["accuracy"],
         "ci_low": evaluation["ci_low"],
         "ci_high": evaluation["ci_high"],
