@@ -353,11 +353,11 @@ def write_report(spec: StudySpec, *, plots: bool = True) -> dict[str, Path]:
     metrics = metric_table(spec, spec.report_metrics, runs)
     out = {"markdown": spec.output / "results.md", "summary": spec.output / "summary.json"}
     spec.output.mkdir(parents=True, exist_ok=True)
-    out["markdown"].write_text(markdown(spec, summary, metrics))
     sizes = by_set_size(spec, runs)
+    text = markdown(spec, summary, metrics)
     if any(sizes.values()):
-        text = out["markdown"].read_text()
-        out["markdown"].write_text(text + "\n" + set_size_markdown(sizes))
+        text += "\n" + set_size_markdown(sizes)
+    out["markdown"].write_text(text)
     summary_json = {**summary, "metrics": metrics, "by_set_size": sizes}
     out["summary"].write_text(json.dumps(summary_json, indent=1) + "\n")
     if plots:
