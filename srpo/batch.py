@@ -18,6 +18,12 @@ from torch import Tensor
 from srpo.types import Episode
 
 
+# Tensor fields indexed by member (first dim M) and by set (first dim S): what select_sets slices.
+_MEMBER_TENSORS = ("input_ids", "attention_mask", "response_mask", "sampling_logprobs", "old_logprobs",
+                   "ref_logprobs", "member_advantages", "member_weights")
+_SET_TENSORS = ("set_turn", "set_episode", "set_reward", "set_advantages", "set_weights")
+
+
 @dataclass
 class FlatBatch:
     input_ids: Tensor  # [M, P+T] long: prompt left-padded to P, response right-padded to T
@@ -27,6 +33,7 @@ class FlatBatch:
     set_index: Tensor  # [M] long: member -> set, 0..S-1
     member_agent: tuple[str, ...]  # [M] role that produced the member
     member_policy: tuple[str, ...]  # [M] policy that produced the member
+    member_temperature: tuple[float, ...]  # [M] temperature it was sampled at (0 = greedy)
     set_task: tuple[str, ...]  # [S] task id (default advantage group)
     set_event: tuple[str, ...]  # [S] event key of the transition
     set_turn: Tensor  # [S] long: transition index within its episode
@@ -35,11 +42,14 @@ class FlatBatch:
     episode_task: tuple[str, ...]  # [E] task id of each episode
     episode_reward: Tensor  # [E] float: outcome reward
     sampling_logprobs: Tensor | None = None  # [M, T] log-probs recorded at sampling time
-    # Filled by the training step (computed once per optimizer step, sliced per micro-batch):
+    # Filled by the training step. Advantages once per rollout batch (prepare_step); weights
+    # once per optimizer step (with_step_weights); select_sets slices them, never recomputes:
     old_logprobs: Tensor | None = None  # [M, T] log pi_old, recomputed before the update
     ref_logprobs: Tensor | None = None  # [M, T] log pi_ref (only when a KL penalty is on)
-    member_advantages: Tensor | None = None  # [M] advantage used by each member's loss term
-    token_weights: Tensor | None = None  # [M, T] aggregation weights of the whole step
+    set_advantages: Tensor | None = None  # [S] A_S (set- and episode-level advantage units)
+    member_advantages: Tensor | None = None  # [M] A_m (member-level advantage units only)
+    member_weights: Tensor | None = None  # [M] weight of each of member m's response tokens
+    set_weights: Tensor | None = None  # [S] w_S = sum over the set's tokens of their weights
 
     @property
     def num_members(self) -> int:
@@ -57,41 +67,65 @@ class FlatBatch:
     def response_lengths(self) -> Tensor:  # [M] long: trained tokens per member
         return self.response_mask.sum(dim=-1)
 
+    @property
+    def device(self) -> torch.device:
+        return self.input_ids.device
+
+    def advantages_per_member(self) -> Tensor:
+        """[M] the advantage each member's loss term uses (a set's value for each of its members)."""
+        if self.member_advantages is not None:
+            return self.member_advantages
+        if self.set_advantages is None:
+            raise ValueError("the batch has no advantages: fill it with prepare_step first")
+        return self.set_advantages[self.set_index]
+
+    def to(self, device: torch.device | str) -> FlatBatch:
+        """The batch with every tensor on `device` (once per step: the update never moves it)."""
+        moved = {
+            f.name: getattr(self, f.name).to(device)
+            for f in fields(self)
+            if isinstance(getattr(self, f.name), Tensor)
+        }
+        return replace(self, **moved)
+
     def select_sets(self, set_ids: Sequence[int] | Tensor) -> FlatBatch:
         """The sub-batch holding exactly the given sets (whole), with sets renumbered 0..len-1.
 
-        Step-level fields (advantages, token weights, old log-probs) are sliced, never
-        recomputed, so a loss over the sub-batches sums to the loss over the whole batch.
-        Episode-level fields are kept whole (set_episode keeps pointing into them).
+        Step-level fields (advantages, weights, old log-probs) are sliced, never recomputed, so
+        a loss over the sub-batches sums to the loss over the whole batch. Episode-level fields
+        are kept whole (set_episode keeps pointing into them).
         """
-        set_ids = torch.as_tensor(set_ids, dtype=torch.long)
+        dev = self.set_index.device
+        set_ids = torch.as_tensor(set_ids, dtype=torch.long).to(dev)
         if set_ids.numel() == 0:
             raise ValueError("select_sets needs at least one set")
         if bool((set_ids < 0).any()) or bool((set_ids >= self.num_sets).any()):
             raise ValueError(f"set ids out of range for a batch of {self.num_sets} sets")
-        new_id = torch.full((self.num_sets,), -1, dtype=torch.long)
-        new_id[set_ids] = torch.arange(set_ids.numel())
+        new_id = torch.full((self.num_sets,), -1, dtype=torch.long, device=dev)
+        new_id[set_ids] = torch.arange(set_ids.numel(), device=dev)
         rows = (new_id[self.set_index] >= 0).nonzero().flatten()  # members kept, original order
         ids = set_ids.tolist()
         member_fields = {
-            f.name: getattr(self, f.name)[rows]
-            for f in fields(self)
-            if f.name in ("input_ids", "attention_mask", "response_mask", "sampling_logprobs",
-                          "old_logprobs", "ref_logprobs", "member_advantages", "token_weights")
-            and getattr(self, f.name) is not None
+            name: getattr(self, name)[rows]
+            for name in _MEMBER_TENSORS
+            if getattr(self, name) is not None
+        }
+        set_fields = {
+            name: getattr(self, name)[set_ids]
+            for name in _SET_TENSORS
+            if getattr(self, name) is not None
         }
         rows_list = rows.tolist()
         return replace(
             self,
             **member_fields,
+            **set_fields,
             set_index=new_id[self.set_index[rows]],
             member_agent=tuple(self.member_agent[i] for i in rows_list),
             member_policy=tuple(self.member_policy[i] for i in rows_list),
+            member_temperature=tuple(self.member_temperature[i] for i in rows_list),
             set_task=tuple(self.set_task[i] for i in ids),
             set_event=tuple(self.set_event[i] for i in ids),
-            set_turn=self.set_turn[set_ids],
-            set_episode=self.set_episode[set_ids],
-            set_reward=self.set_reward[set_ids],
         )
 
     def select_members(self, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -109,6 +143,7 @@ def build_flat_batch(episodes: Sequence[Episode], pad_token_id: int) -> FlatBatc
     sampling: list[list[float] | None] = []
     member_agent: list[str] = []
     member_policy: list[str] = []
+    member_temperature: list[float] = []
     set_index: list[int] = []
     set_task: list[str] = []
     set_event: list[str] = []
@@ -132,6 +167,7 @@ def build_flat_batch(episodes: Sequence[Episode], pad_token_id: int) -> FlatBatc
                 sampling.append(m.sampling_logprobs)
                 member_agent.append(m.agent)
                 member_policy.append(m.policy)
+                member_temperature.append(float(m.temperature))
                 set_index.append(s)
             set_task.append(aset.task_id)
             set_event.append(aset.event)
@@ -161,6 +197,7 @@ def build_flat_batch(episodes: Sequence[Episode], pad_token_id: int) -> FlatBatc
         set_index=torch.tensor(set_index, dtype=torch.long),
         member_agent=tuple(member_agent),
         member_policy=tuple(member_policy),
+        member_temperature=tuple(member_temperature),
         set_task=tuple(set_task),
         set_event=tuple(set_event),
         set_turn=torch.tensor(set_turn, dtype=torch.long),
@@ -183,7 +220,7 @@ def pack_sets(batch: FlatBatch, max_tokens: int) -> list[list[int]]:
     if max_tokens <= 0:
         raise ValueError(f"max_tokens must be > 0, got {max_tokens}")
     member_len = batch.attention_mask.sum(dim=-1)  # [M] real tokens
-    set_len = torch.zeros(batch.num_sets, dtype=member_len.dtype).scatter_reduce(
+    set_len = torch.zeros(batch.num_sets, dtype=member_len.dtype, device=member_len.device).scatter_reduce(
         0, batch.set_index, member_len, reduce="amax"
     )  # [S] longest member of each set
     sizes = batch.set_sizes.tolist()
@@ -201,3 +238,48 @@ def pack_sets(batch: FlatBatch, max_tokens: int) -> list[list[int]]:
     if current:
         groups.append(current)
     return groups
+
+
+def split_sets(batch: FlatBatch, parts: int, generator: torch.Generator | None = None) -> list[list[int]]:
+    """Exactly `parts` minibatches (optimizer steps) of whole sets, random and balanced by tokens.
+
+    The sets are shuffled (with `generator`; the global RNG when None), then the shuffled
+    sequence is cut into `parts` consecutive runs: a set goes to run k while the middle of its
+    tokens lies below (k + 1) / parts of the step's tokens, and a run is closed early only when
+    the sets left are just enough to give every later run one. So each run is non-empty and
+    holds about 1/parts of the tokens (off by at most about one set's tokens). A set's tokens
+    are its members' real (prompt + response) tokens: what its forward and backward cost.
+
+    Raises ValueError when `parts` exceeds the number of sets: minibatches of whole sets cannot
+    be met. (The trainer rules that out for every rank before any work.)
+    Returns `parts` lists of set ids of `batch`.
+    """
+    n = batch.num_sets
+    if parts < 1:
+        raise ValueError(f"parts must be >= 1, got {parts}")
+    if parts > n:
+        raise ValueError(
+            f"train.minibatches ({parts}) exceeds the {n} active sets of the step: a minibatch "
+            f"holds whole sets, so there cannot be more minibatches than sets"
+        )
+    if parts == 1:
+        return [list(range(n))]
+    order = torch.randperm(n, generator=generator).tolist()
+    member_tokens = batch.attention_mask.sum(dim=-1).double().cpu()  # [M]
+    set_tokens = torch.zeros(n, dtype=torch.float64).index_add_(
+        0, batch.set_index.cpu(), member_tokens
+    ).tolist()  # [S]
+    total = sum(set_tokens)
+    runs: list[list[int]] = [[]]
+    done = 0.0  # tokens placed so far
+    for i, s in enumerate(order):
+        k = len(runs) - 1
+        later = parts - 1 - k  # runs after the current one, all still empty
+        must_close = n - i == later  # the sets left are exactly enough for one per later run
+        past_quota = done + set_tokens[s] / 2 > (k + 1) * total / parts
+        if runs[-1] and later > 0 and (must_close or past_quota):
+            runs.append([])
+        runs[-1].append(s)
+        done += set_tokens[s]
+    assert len(runs) == parts and all(runs), (len(runs), parts)
+    return runs

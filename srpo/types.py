@@ -48,6 +48,9 @@ class Member:
     text: str = ""  # decoded generated text (what the workflow read)
     sampling_logprobs: list[float] | None = None  # [L_m] log-probs at sampling time
     stop_reason: str = ""  # "eos" | "length" | "stop" ... as reported by the backend
+    # softmax temperature the response was sampled at: its tokens were drawn from
+    # softmax(logits / temperature), so the trainer's log-probs divide by it too; 0 = greedy
+    temperature: float = 1.0
 
     def __post_init__(self) -> None:
         if len(self.loss_mask) != len(self.response_ids):
@@ -55,6 +58,8 @@ class Member:
                 f"Member({self.agent!r}): loss_mask has {len(self.loss_mask)} entries but "
                 f"response_ids has {len(self.response_ids)}"
             )
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"Member({self.agent!r}): temperature must be finite and >= 0, got {self.temperature!r}")
         if self.sampling_logprobs is not None and len(self.sampling_logprobs) != len(
             self.response_ids
         ):

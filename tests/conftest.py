@@ -7,7 +7,14 @@ import random
 import pytest
 import torch
 
+from srpo.objective.methods import prepare_step, with_step_weights
 from srpo.types import ActiveSet, Episode, Member, Task
+
+
+def prepare_full_step(spec, batch, old, totals=None):
+    """prepare_step, then the aggregation weights of one optimizer step holding the whole batch."""
+    filled, metrics = prepare_step(spec, batch, old)
+    return with_step_weights(spec, filled, totals=totals), metrics
 
 
 def make_episodes(

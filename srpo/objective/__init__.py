@@ -2,7 +2,14 @@
 
 from srpo.objective.advantages import group_index_from_keys, relative_advantages, set_relative_advantages
 from srpo.objective.losses import setwise_policy_loss
-from srpo.objective.methods import METHODS, MethodSpec, get_method, method_policy_loss, prepare_step
+from srpo.objective.methods import (
+    METHODS,
+    MethodSpec,
+    get_method,
+    method_policy_loss,
+    prepare_step,
+    with_step_weights,
+)
 from srpo.objective.reductions import REDUCTIONS, set_log_ratio
 
 __all__ = [
@@ -17,4 +24,5 @@ __all__ = [
     "set_log_ratio",
     "set_relative_advantages",
     "setwise_policy_loss",
+    "with_step_weights",
 ]

@@ -5,10 +5,12 @@ counts over the *optimizer step* (number of sets, members, tokens, per-agent mem
 the weights once per step, then slicing them with the rows of each micro-batch, is what makes a
 step split into micro-batches (that keep sets whole) give exactly the gradient of one big batch.
 
-Weights are stored per response token, w_{m,t} ([M, T], zero on padding). The weight of a larger
-unit is the sum over its tokens: a set's weight w_S = sum_{m in S, t} w_{m,t}, a member's
-w_m = sum_t w_{m,t}. The same token weights aggregate the token-level regularizers (KL, entropy),
-so they are averaged the way the method averages its objective.
+Every aggregation gives all response tokens of one member the same weight, w_{m,t} = w_m, so
+weights are stored per member: w_m [M], the weight of each of member m's response tokens
+(padding has none). The weight of a larger unit is the sum over its tokens: a member's
+L_m * w_m, a set's w_S = sum_{m in S} L_m * w_m. The same token weights aggregate the
+token-level regularizers (KL, entropy), so they are averaged the way the method averages its
+objective.
 
     name                       w_{m,t}                              unit   used by
     set_mean                   1 / (N_sets * |S(m)| * L_m)          set    SRPO  (w_S = 1/N_sets)
@@ -56,9 +58,9 @@ class StepTotals(NamedTuple):
     agent_members: Tensor
 
 
-def token_weights(
+def member_token_weights(
     aggregation: str,
-    mask: Tensor,
+    lengths: Tensor,
     set_index: Tensor,
     num_sets: int,
     *,
@@ -66,38 +68,38 @@ def token_weights(
     norm_constant: float | None = None,
     totals: StepTotals | None = None,
 ) -> Tensor:
-    """w_{m,t} for a whole optimizer step.
+    """w_m, the weight of each response token of member m, for a whole optimizer step.
 
-    mask: [M, T] bool; set_index: [M] long; agent_index: [M] long (agent_seq_mean_token_mean only);
-    norm_constant: C for token_sum_norm (Dr. GRPO divides by a constant, the generation budget,
-    not by the realised lengths); totals: the step's counts over every process (None: this
-    batch is the whole step). Returns [M, T] float32, zero where mask is False.
+    lengths: [M] response tokens in the loss (L_m >= 1); set_index: [M] long; agent_index: [M]
+    long (agent_seq_mean_token_mean only); norm_constant: C for token_sum_norm (Dr. GRPO divides
+    by a constant, the generation budget, not by the realised lengths); totals: the step's
+    counts over every process (None: this batch is the whole step). Returns [M] float32.
     """
     check_aggregation(aggregation)
-    fmask = mask.to(torch.float32)  # [M, T]
-    lengths = fmask.sum(dim=-1, keepdim=True)  # [M, 1]
+    lengths = lengths.to(torch.float32)  # [M]
     n_sets = totals.num_sets if totals else num_sets
-    n_members = totals.num_members if totals else mask.shape[0]
+    n_members = totals.num_members if totals else lengths.shape[0]
     if aggregation == "set_mean":
         set_sizes = torch.bincount(set_index, minlength=num_sets).to(torch.float32)  # [S]
-        per_member = 1.0 / (n_sets * set_sizes[set_index].unsqueeze(-1) * lengths)  # [M, 1]
-        return fmask * per_member
+        return 1.0 / (n_sets * set_sizes[set_index] * lengths)
     if aggregation in ("member_mean", "seq_mean_token_mean"):
-        return fmask / (n_members * lengths)
+        return 1.0 / (n_members * lengths)
     if aggregation == "token_mean":
-        return fmask / (totals.num_tokens if totals else fmask.sum())
+        n_tokens = totals.num_tokens if totals else float(lengths.sum())
+        return torch.full_like(lengths, 1.0 / n_tokens)
     if aggregation == "token_sum_norm":
         if norm_constant is None or norm_constant <= 0:
             raise ValueError("token_sum_norm needs a positive norm_constant (e.g. max new tokens)")
-        return fmask / (n_members * float(norm_constant))
+        return torch.full_like(lengths, 1.0 / (n_members * float(norm_constant)))
     # agent_seq_mean_token_mean
     if agent_index is None:
         raise ValueError("agent_seq_mean_token_mean needs agent_index [M]")
-    agent_counts = totals.agent_members if totals else torch.bincount(agent_index).to(torch.float32)
-    return fmask / (agent_counts[agent_index].unsqueeze(-1) * lengths)
+    agent_counts = (totals.agent_members.to(lengths.device) if totals
+                    else torch.bincount(agent_index).to(torch.float32))
+    return 1.0 / (agent_counts[agent_index] * lengths)
 
 
-def set_weights(token_w: Tensor, set_index: Tensor, num_sets: int) -> Tensor:
-    """w_S = sum of the set's token weights. token_w: [M, T] -> [S]."""
-    out = torch.zeros(num_sets, dtype=token_w.dtype, device=token_w.device)
-    return out.index_add(0, set_index, token_w.sum(dim=-1))
+def set_weights(member_w: Tensor, lengths: Tensor, set_index: Tensor, num_sets: int) -> Tensor:
+    """w_S = sum over the set's tokens of their weights = sum_{m in S} L_m w_m. [M], [M] -> [S]."""
+    out = torch.zeros(num_sets, dtype=member_w.dtype, device=member_w.device)
+    return out.index_add(0, set_index, member_w * lengths.to(member_w.dtype))

@@ -16,7 +16,6 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from srpo.objective.aggregation import set_weights
 from srpo.objective.diagnostics import approx_kl_old_new, ratio_clip_metrics
 from srpo.objective.reductions import check_reduction, set_log_ratio
 from srpo.objective.surrogate import DEFAULT_MAX_LOG_RATIO, SurrogateOut, clipped_surrogate
@@ -28,22 +27,40 @@ from srpo.objective.validation import (
 )
 
 
-def _set_objective(
+class SetLossOut(NamedTuple):
+    loss: Tensor  # scalar -sum_S w_S J_S, differentiable w.r.t. logprobs
+    set_log_ratio: Tensor  # [S] Lambda_S (differentiable)
+    surrogate: SurrogateOut  # ratio, clip and clamp flags per set
+
+
+def set_loss_kernel(
     logprobs: Tensor,
     old_logprobs: Tensor,
     mask: Tensor,
     set_index: Tensor,
-    num_sets: int,
     set_advantages: Tensor,
+    set_weights: Tensor,
+    *,
     reduction: str,
     clip_low: float,
     clip_high: float,
-    max_log_ratio: float,
-) -> tuple[Tensor, SurrogateOut]:
-    """Lambda_S [S] and the setwise clipped objective J_S [S]."""
+    max_log_ratio: float = DEFAULT_MAX_LOG_RATIO,
+) -> SetLossOut:
+    """The one kernel of the setwise loss: loss = -sum_S w_S min(r_S A_S, clip(r_S) A_S).
+
+    logprobs, old_logprobs: [M, T]; mask: [M, T] bool; set_index: [M] long in 0..S-1;
+    set_advantages: [S] A_S; set_weights: [S] w_S, fixed for the optimizer step (1/N_sets for
+    SRPO's set-mean; a micro-batch passes its slice of the step's weights, which keeps the
+    micro-batch split exact). No validation here: callers validate once (the public
+    `setwise_policy_loss`, or `unit_policy_loss` for the trainer). Every set loss in srpo (the
+    trainer's SRPO, GSPO as singleton sets, the verl plugin) goes through this function.
+    """
+    num_sets = set_advantages.shape[0]
     delta = logprobs - old_logprobs.detach()  # [M, T]
     lam = set_log_ratio(delta, mask, set_index, num_sets, reduction)  # [S]
-    return lam, clipped_surrogate(lam, set_advantages, clip_low, clip_high, max_log_ratio)
+    out = clipped_surrogate(lam, set_advantages.to(lam.dtype), clip_low, clip_high, max_log_ratio)
+    loss = -(set_weights.to(lam.dtype) * out.objective).sum()
+    return SetLossOut(loss, lam, out)
 
 
 def setwise_policy_loss(
@@ -79,22 +96,25 @@ def setwise_policy_loss(
     normalizer = float(num_sets if loss_normalizer is None else loss_normalizer)
     if not normalizer > 0:
         raise ValueError(f"loss_normalizer must be > 0, got {loss_normalizer}")
-    lam, out = _set_objective(
-        logprobs, old_logprobs, mask, set_index, num_sets, advantages.to(logprobs.dtype),
-        reduction, clip_low, clip_high, max_log_ratio,
+    weights = torch.full((num_sets,), 1.0 / normalizer, dtype=logprobs.dtype, device=logprobs.device)
+    out = set_loss_kernel(
+        logprobs, old_logprobs, mask, set_index, advantages, weights,
+        reduction=reduction, clip_low=clip_low, clip_high=clip_high, max_log_ratio=max_log_ratio,
     )
-    loss = -out.objective.sum() / normalizer
     set_sizes = torch.bincount(set_index, minlength=num_sets)
-    metrics = ratio_clip_metrics(lam, out.ratio, out.clipped_low, out.clipped_high, out.clamped, set_sizes)
-    metrics["policy/loss"] = float(loss.detach())
-    return loss, metrics
+    s = out.surrogate
+    metrics = ratio_clip_metrics(out.set_log_ratio, s.ratio, s.clipped_low, s.clipped_high, s.clamped, set_sizes)
+    metrics["policy/loss"] = float(out.loss.detach())
+    return out.loss, metrics
 
 
 class UnitLossInputs(NamedTuple):
     """What every ratio-unit loss receives (one micro-batch, validated by the caller).
 
-    Step-level quantities (advantages, weights) are computed once for the optimizer step and
-    sliced with the micro-batch's rows, which keeps the micro-batch split exact.
+    Step-level quantities (advantages, weights) are computed once (advantages per rollout
+    batch, weights per optimizer step) and sliced with the micro-batch's sets, which keeps the
+    micro-batch split exact. Their unit follows the ratio unit: per set for the set unit, per
+    member for the sequence and token units.
     """
 
     logprobs: Tensor  # [M, T] log pi_theta, differentiable
@@ -102,8 +122,8 @@ class UnitLossInputs(NamedTuple):
     mask: Tensor  # [M, T] bool response tokens
     set_index: Tensor  # [M] long, 0..S-1 within this micro-batch
     num_sets: int  # S
-    member_advantages: Tensor  # [M] advantage of each member (set methods: equal within a set)
-    token_weights: Tensor  # [M, T] step-level aggregation weights (srpo.objective.aggregation)
+    advantages: Tensor  # set unit: [S] A_S; sequence / token unit: [M] A_m
+    weights: Tensor  # set unit: [S] w_S; sequence / token unit: [M] w_m, weight of each token of m
 
 
 class UnitLossSettings(NamedTuple):
@@ -113,90 +133,88 @@ class UnitLossSettings(NamedTuple):
     max_log_ratio: float = DEFAULT_MAX_LOG_RATIO
 
 
-def _per_set_advantages(member_adv: Tensor, set_index: Tensor, num_sets: int) -> Tensor:
-    """[M] -> [S], requiring equal values inside each set (the set is one action)."""
-    set_adv = torch.zeros(num_sets, dtype=member_adv.dtype, device=member_adv.device)
-    set_adv = set_adv.index_copy(0, set_index, member_adv)
-    if not torch.equal(set_adv[set_index], member_adv):
-        raise ValueError(
-            "the set ratio unit needs one advantage per set, but members of a set have "
-            "different advantages (use a set-level advantage unit)"
-        )
-    return set_adv
+class UnitLossOut(NamedTuple):
+    loss: Tensor  # scalar
+    metrics: dict[str, float]
+    mean_set_log_ratio: Tensor | None  # [S] Lambda_S under `mean`, when the loss computed it
 
 
-def set_unit_loss(x: UnitLossInputs, cfg: UnitLossSettings) -> tuple[Tensor, dict[str, float]]:
+def set_unit_loss(x: UnitLossInputs, cfg: UnitLossSettings) -> UnitLossOut:
     """SRPO: one ratio, one clip, one advantage per active set; J_S weighted by w_S."""
-    set_adv = _per_set_advantages(x.member_advantages, x.set_index, x.num_sets)
-    lam, out = _set_objective(
-        x.logprobs, x.old_logprobs, x.mask, x.set_index, x.num_sets, set_adv.to(x.logprobs.dtype),
-        cfg.reduction, cfg.clip_low, cfg.clip_high, cfg.max_log_ratio,
+    out = set_loss_kernel(
+        x.logprobs, x.old_logprobs, x.mask, x.set_index, x.advantages, x.weights,
+        reduction=cfg.reduction, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+        max_log_ratio=cfg.max_log_ratio,
     )
-    w = set_weights(x.token_weights, x.set_index, x.num_sets)  # [S]
-    loss = -(w * out.objective).sum()
     set_sizes = torch.bincount(x.set_index, minlength=x.num_sets)
-    return loss, ratio_clip_metrics(lam, out.ratio, out.clipped_low, out.clipped_high, out.clamped, set_sizes)
+    s = out.surrogate
+    metrics = ratio_clip_metrics(out.set_log_ratio, s.ratio, s.clipped_low, s.clipped_high, s.clamped, set_sizes)
+    lam = out.set_log_ratio.detach() if cfg.reduction == "mean" else None
+    return UnitLossOut(out.loss, metrics, lam)
 
 
-def sequence_unit_loss(x: UnitLossInputs, cfg: UnitLossSettings) -> tuple[Tensor, dict[str, float]]:
+def sequence_unit_loss(x: UnitLossInputs, cfg: UnitLossSettings) -> UnitLossOut:
     """GSPO (independent): each member its own unit, length-normalized sequence ratio.
 
-    Exactly the set machinery with singleton sets and the `mean` reduction; the diagnostics
-    still report each member under the size of the active set it came from.
+    The set kernel with singleton sets and the `mean` reduction, each member weighted by the
+    sum of its tokens' weights; the diagnostics still report each member under the size of the
+    active set it came from.
     """
     m = x.logprobs.shape[0]
     singleton = torch.arange(m, device=x.set_index.device)
-    lam, out = _set_objective(
-        x.logprobs, x.old_logprobs, x.mask, singleton, m, x.member_advantages.to(x.logprobs.dtype),
-        "mean", cfg.clip_low, cfg.clip_high, cfg.max_log_ratio,
+    member_w = x.weights * x.mask.sum(dim=-1)  # [M] L_m w_m
+    out = set_loss_kernel(
+        x.logprobs, x.old_logprobs, x.mask, singleton, x.advantages, member_w,
+        reduction="mean", clip_low=cfg.clip_low, clip_high=cfg.clip_high, max_log_ratio=cfg.max_log_ratio,
     )
-    w = x.token_weights.sum(dim=-1)  # [M]
-    loss = -(w * out.objective).sum()
     member_set_size = torch.bincount(x.set_index, minlength=x.num_sets)[x.set_index]  # [M]
-    return loss, ratio_clip_metrics(lam, out.ratio, out.clipped_low, out.clipped_high, out.clamped, member_set_size)
+    s = out.surrogate
+    metrics = ratio_clip_metrics(out.set_log_ratio, s.ratio, s.clipped_low, s.clipped_high, s.clamped, member_set_size)
+    return UnitLossOut(out.loss, metrics, None)
 
 
-def token_unit_loss(x: UnitLossInputs, cfg: UnitLossSettings) -> tuple[Tensor, dict[str, float]]:
-    """GRPO family: every response token has its own ratio and clip; weights w_{m,t}."""
+def token_unit_loss(x: UnitLossInputs, cfg: UnitLossSettings) -> UnitLossOut:
+    """GRPO family: every response token has its own ratio and clip; weight w_m per token."""
     delta = x.logprobs - x.old_logprobs.detach()  # [M, T]
     delta = torch.where(x.mask, delta, torch.zeros_like(delta))  # padding never reaches exp
-    adv = x.member_advantages.to(x.logprobs.dtype).unsqueeze(-1)  # [M, 1]
+    adv = x.advantages.to(x.logprobs.dtype).unsqueeze(-1)  # [M, 1]
     out = clipped_surrogate(delta, adv, cfg.clip_low, cfg.clip_high, cfg.max_log_ratio)
-    loss = -torch.where(x.mask, x.token_weights * out.objective, torch.zeros_like(delta)).sum()
+    weighted = x.weights.to(x.logprobs.dtype).unsqueeze(-1) * out.objective  # [M, T]
+    loss = -torch.where(x.mask, weighted, torch.zeros_like(delta)).sum()
     member_set_size = torch.bincount(x.set_index, minlength=x.num_sets)[x.set_index]  # [M]
-    return loss, ratio_clip_metrics(
+    metrics = ratio_clip_metrics(
         delta, out.ratio, out.clipped_low.expand_as(delta), out.clipped_high.expand_as(delta),
         out.clamped, member_set_size.unsqueeze(-1), valid=x.mask,
     )
+    return UnitLossOut(loss, metrics, None)
 
 
-UnitLoss = Callable[[UnitLossInputs, UnitLossSettings], tuple[Tensor, dict[str, float]]]
+UnitLoss = Callable[[UnitLossInputs, UnitLossSettings], UnitLossOut]
 
-# The one dispatch point from a method's ratio unit to its loss.
+# The one dispatch point from a method's ratio unit to its loss, and the unit its advantages
+# and weights come in (srpo.objective.methods fills UnitLossInputs accordingly).
 RATIO_UNIT_LOSSES: dict[str, UnitLoss] = {
     "set": set_unit_loss,
     "sequence": sequence_unit_loss,
     "token": token_unit_loss,
 }
+RATIO_UNIT_LEVEL: dict[str, str] = {"set": "set", "sequence": "member", "token": "member"}
 
 
-def unit_policy_loss(
-    ratio_unit: str, x: UnitLossInputs, cfg: UnitLossSettings
-) -> tuple[Tensor, dict[str, float]]:
+def unit_policy_loss(ratio_unit: str, x: UnitLossInputs, cfg: UnitLossSettings) -> UnitLossOut:
     """Validates a micro-batch and runs the loss of `ratio_unit`; adds policy/loss and approx_kl."""
     if ratio_unit not in RATIO_UNIT_LOSSES:
         raise ValueError(f"unknown ratio unit {ratio_unit!r}; choose one of {list(RATIO_UNIT_LOSSES)}")
     mask = check_logprob_pair(x.logprobs, x.old_logprobs, x.mask)
     num_sets = check_set_index(x.set_index, x.logprobs.shape[0], x.num_sets)
-    check_finite_vector(x.member_advantages, "member_advantages", x.logprobs.shape[0])
-    if x.token_weights.shape != x.logprobs.shape:
-        raise ValueError(
-            f"token_weights has shape {tuple(x.token_weights.shape)} but logprobs has {tuple(x.logprobs.shape)}"
-        )
+    per_set = RATIO_UNIT_LEVEL[ratio_unit] == "set"
+    n_units, unit = (num_sets, "set") if per_set else (x.logprobs.shape[0], "member")
+    check_finite_vector(x.advantages, f"advantages (one per {unit})", n_units)
+    check_finite_vector(x.weights, f"weights (one per {unit})", n_units)
     check_reduction(cfg.reduction)
     check_clip(cfg.clip_low, cfg.clip_high)
     x = x._replace(mask=mask, num_sets=num_sets)
-    loss, metrics = RATIO_UNIT_LOSSES[ratio_unit](x, cfg)
-    metrics["policy/loss"] = float(loss.detach())
-    metrics["approx_kl"] = approx_kl_old_new(x.old_logprobs, x.logprobs, mask)
-    return loss, metrics
+    out = RATIO_UNIT_LOSSES[ratio_unit](x, cfg)
+    out.metrics["policy/loss"] = float(out.loss.detach())
+    out.metrics["approx_kl"] = approx_kl_old_new(x.old_logprobs, x.logprobs, mask)
+    return out

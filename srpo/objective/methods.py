@@ -5,8 +5,10 @@ aggregation). The trainer never branches on a method's name: it asks `get_method
 spec and calls the three functions below, which dispatch on the spec's fields through small
 tables (RATIO_UNIT_LOSSES, the advantage unit table, the aggregation weights).
 
-    step_advantages(spec, batch)   -> member advantages [M] (+ group counts)
-    step_token_weights(spec, batch)-> aggregation weights [M, T] for the whole step
+    prepare_step(spec, batch, old)       -> advantages, once per rollout batch: per set [S] for
+                                            set- and episode-level units, per member [M] else
+    with_step_weights(spec, batch, ...)  -> aggregation weights, once per optimizer step:
+                                            per member [M] (each token's) and per set [S]
     method_policy_loss(spec, micro_batch, logprobs, ...) -> (loss, metrics)
 
 The table (docs/algorithms.md gives the math and the departures):
@@ -36,7 +38,7 @@ from torch import Tensor
 
 from srpo.batch import FlatBatch
 from srpo.objective.advantages import SCALES, group_index_from_keys, relative_advantages
-from srpo.objective.aggregation import StepTotals, check_aggregation, token_weights
+from srpo.objective.aggregation import StepTotals, check_aggregation, member_token_weights, set_weights
 from srpo.objective.diagnostics import (
     kl_k3,
     response_length_metrics,
@@ -44,7 +46,13 @@ from srpo.objective.diagnostics import (
     set_log_ratio_metrics,
     set_metrics,
 )
-from srpo.objective.losses import RATIO_UNIT_LOSSES, UnitLossInputs, UnitLossSettings, unit_policy_loss
+from srpo.objective.losses import (
+    RATIO_UNIT_LEVEL,
+    RATIO_UNIT_LOSSES,
+    UnitLossInputs,
+    UnitLossSettings,
+    unit_policy_loss,
+)
 from srpo.objective.reductions import check_reduction, set_log_ratio
 from srpo.objective.validation import check_clip
 
@@ -211,45 +219,53 @@ def _unit_rewards_and_keys(spec: MethodSpec, batch: FlatBatch, keys: tuple[str, 
 
 
 class StepAdvantages(NamedTuple):
-    member: Tensor  # [M] advantage of each member's loss term
+    """Relative advantages of a rollout batch, kept at the level they belong to."""
+
+    set: Tensor | None  # [S] A_S for set- and episode-level units (an episode's value per set)
+    member: Tensor | None  # [M] A_m for member-level units
     unit: Tensor  # [U] one per advantage unit
     num_groups: int
     degenerate_groups: int
 
+    def per_member(self, set_index: Tensor) -> Tensor:
+        """[M] the value each member's loss term uses."""
+        return self.member if self.member is not None else self.set[set_index]
+
 
 def step_advantages(spec: MethodSpec, batch: FlatBatch, eps: float = 1e-6) -> StepAdvantages:
-    """Relative advantages of the whole optimizer step, broadcast to members."""
+    """Relative advantages of the whole rollout batch (they do not change between its epochs)."""
     rewards, center_keys = _unit_rewards_and_keys(spec, batch, spec.group_keys)
     scale_index = None
     if spec.scale_keys is not None:
         _, scale_keys = _unit_rewards_and_keys(spec, batch, spec.scale_keys)
         scale_index = group_index_from_keys(scale_keys)
-    res = relative_advantages(
-        rewards, group_index_from_keys(center_keys), scale_index=scale_index, scale=spec.scale, eps=eps
+    res = relative_advantages(  # on the CPU: [U] values, and the group indices are CPU tensors
+        rewards.cpu(), group_index_from_keys(center_keys), scale_index=scale_index, scale=spec.scale, eps=eps
     )
+    adv = res.advantages.to(batch.device)
     if spec.advantage_unit == "episode":
-        member = res.advantages[batch.set_episode[batch.set_index]]
+        per_set, per_member = adv[batch.set_episode], None
     elif spec.advantage_unit == "set":
-        member = res.advantages[batch.set_index]
+        per_set, per_member = adv, None
     else:
-        member = res.advantages
-    return StepAdvantages(member, res.advantages, res.num_groups, res.degenerate_groups)
+        per_set, per_member = None, adv
+    return StepAdvantages(per_set, per_member, adv, res.num_groups, res.degenerate_groups)
 
 
-def step_token_weights(
-    spec: MethodSpec,
-    batch: FlatBatch,
-    *,
-    totals: Mapping[str, Any] | None = None,
-) -> Tensor:
-    """Aggregation weights [M, T] of the whole step (see srpo.objective.aggregation).
+class StepWeights(NamedTuple):
+    member: Tensor  # [M] w_m, the weight of each response token of member m
+    set: Tensor  # [S] w_S = sum_{m in S} L_m w_m
+
+
+def step_weights(spec: MethodSpec, batch: FlatBatch, *, totals: Mapping[str, Any] | None = None) -> StepWeights:
+    """Aggregation weights of one optimizer step (see srpo.objective.aggregation).
 
     totals: when the step's rows are spread over several processes, the step's counts over all
     of them, as `step_counts` returns them summed (srpo.train.distributed); None: this batch is
     the whole step.
     """
     agents = list(dict.fromkeys(batch.member_agent))
-    agent_index = group_index_from_keys(batch.member_agent)
+    agent_index = group_index_from_keys(batch.member_agent).to(batch.device)
     width = totals["response_width"] if totals else batch.response_mask.shape[1]
     constant = spec.norm_constant if spec.norm_constant is not None else float(width)
     step_totals = None
@@ -260,10 +276,18 @@ def step_token_weights(
             num_tokens=float(totals["tokens"]),
             agent_members=torch.tensor([float(totals["agents"][a]) for a in agents]),
         )
-    return token_weights(
-        spec.aggregation, batch.response_mask, batch.set_index, batch.num_sets,
+    lengths = batch.response_lengths  # [M]
+    member_w = member_token_weights(
+        spec.aggregation, lengths, batch.set_index, batch.num_sets,
         agent_index=agent_index, norm_constant=constant, totals=step_totals,
     )
+    return StepWeights(member_w, set_weights(member_w, lengths, batch.set_index, batch.num_sets))
+
+
+def with_step_weights(spec: MethodSpec, batch: FlatBatch, *, totals: Mapping[str, Any] | None = None) -> FlatBatch:
+    """`batch` (one optimizer step) with its aggregation weights filled in."""
+    w = step_weights(spec, batch, totals=totals)
+    return replace(batch, member_weights=w.member, set_weights=w.set)
 
 
 def step_counts(batch: FlatBatch) -> dict[str, Any]:
@@ -280,27 +304,33 @@ def step_counts(batch: FlatBatch) -> dict[str, Any]:
 def prepare_step(
     spec: MethodSpec, batch: FlatBatch, old_logprobs: Tensor | None
 ) -> tuple[FlatBatch, dict[str, float]]:
-    """Fills the step-level fields of the batch (old log-probs, advantages, token weights).
+    """Fills the rollout-batch fields of the batch (old log-probs, advantages).
 
-    old_logprobs may be None for a strictly on-policy update (one epoch, one minibatch): then
-    pi_old is the current policy and the caller fills each micro-batch's old log-probs with its
-    own detached forward (see Trainer.update), saving one forward pass per step.
-    Returns the filled batch and the advantage metrics of the step.
+    Advantages stay at their own level: per set ([S], set- and episode-level units) or per
+    member ([M]). Aggregation weights depend on the optimizer step, so they are filled per
+    step by `with_step_weights`. old_logprobs may be None for a strictly on-policy update (one
+    epoch, one minibatch): then pi_old is the current policy and the caller fills each
+    micro-batch's old log-probs with its own detached forward (see Trainer.update), saving one
+    forward pass per step. Returns the filled batch and the advantage metrics of the step.
     """
     adv = step_advantages(spec, batch)
     filled = replace(
         batch,
         old_logprobs=None if old_logprobs is None else old_logprobs.detach(),
+        set_advantages=adv.set,
         member_advantages=adv.member,
-        token_weights=step_token_weights(spec, batch),
     )
-    set_adv = torch.zeros(batch.num_sets).index_add(0, batch.set_index, adv.member) / batch.set_sizes
+    if adv.set is not None:
+        set_adv = adv.set
+    else:  # a member-level method: the mean of its members' advantages per set, for the diagnostics
+        set_adv = torch.zeros(batch.num_sets, device=batch.device).index_add(0, batch.set_index, adv.member)
+        set_adv = set_adv / batch.set_sizes
     metrics = set_metrics(batch.set_sizes, set_adv)
     metrics["adv/num_groups"] = float(adv.num_groups)
     metrics["adv/degenerate_groups"] = float(adv.degenerate_groups)
     metrics["adv/degenerate_share"] = adv.degenerate_groups / max(adv.num_groups, 1)
-    metrics.update(reward_metrics(batch.episode_reward))
-    metrics.update(response_length_metrics(batch.response_lengths, batch.member_agent))
+    metrics.update(reward_metrics(batch.episode_reward.cpu()))
+    metrics.update(response_length_metrics(batch.response_lengths.cpu(), batch.member_agent))
     return filled, metrics
 
 
@@ -318,27 +348,41 @@ def method_policy_loss(
 ) -> tuple[Tensor, dict[str, float]]:
     """loss = policy loss + beta * KL(pi_theta || pi_ref) - alpha * entropy, for one micro-batch.
 
-    `batch` must come from `prepare_step` (possibly sliced with select_sets); logprobs: [M, T]
+    `batch` must come from `prepare_step` then `with_step_weights` (possibly sliced with
+    select_sets: a micro-batch of the optimizer step); logprobs: [M, T]
     log pi_theta of its members; entropy: [M, T] (needed when entropy_alpha > 0). KL and entropy
     are aggregated with the method's own token weights.
     """
-    if batch.old_logprobs is None or batch.member_advantages is None or batch.token_weights is None:
-        raise ValueError("method_policy_loss needs a batch filled by prepare_step")
+    if batch.old_logprobs is None or batch.member_weights is None or batch.set_weights is None:
+        raise ValueError("method_policy_loss needs a batch filled by prepare_step and with_step_weights")
+    if batch.set_advantages is None and batch.member_advantages is None:
+        raise ValueError("method_policy_loss needs a batch filled by prepare_step (no advantages)")
+    if RATIO_UNIT_LEVEL[spec.ratio_unit] == "set":
+        if batch.set_advantages is None:
+            raise ValueError(f"{spec.name}: the set ratio unit needs one advantage per set")
+        advantages, weights = batch.set_advantages, batch.set_weights
+    else:
+        advantages, weights = batch.advantages_per_member(), batch.member_weights
     x = UnitLossInputs(
         logprobs=logprobs,
         old_logprobs=batch.old_logprobs,
         mask=batch.response_mask,
         set_index=batch.set_index,
         num_sets=batch.num_sets,
-        member_advantages=batch.member_advantages,
-        token_weights=batch.token_weights,
+        advantages=advantages,
+        weights=weights,
     )
     cfg = UnitLossSettings(spec.clip_low, spec.clip_high, spec.reduction, spec.max_log_ratio)
-    loss, metrics = unit_policy_loss(spec.ratio_unit, x, cfg)
-    mask, w = batch.response_mask, batch.token_weights
-    with torch.no_grad():  # one statistic every method shares, whatever its ratio unit
-        lam = set_log_ratio(logprobs.detach() - batch.old_logprobs, mask, batch.set_index, batch.num_sets)
-        metrics.update(set_log_ratio_metrics(lam, batch.set_sizes))
+    out = unit_policy_loss(spec.ratio_unit, x, cfg)
+    loss, metrics = out.loss, out.metrics
+    mask = batch.response_mask
+    w = batch.member_weights.to(logprobs.dtype).unsqueeze(-1)  # [M, 1] weight of each token
+    # one statistic every method shares, whatever its ratio unit: Lambda_S under `mean`
+    lam = out.mean_set_log_ratio
+    if lam is None:
+        with torch.no_grad():
+            lam = set_log_ratio(logprobs.detach() - batch.old_logprobs, mask, batch.set_index, batch.num_sets)
+    metrics.update(set_log_ratio_metrics(lam, batch.set_sizes))
     zeros = torch.zeros_like(logprobs)
     if kl_beta > 0:
         if batch.ref_logprobs is None:

@@ -306,6 +306,13 @@ class RolloutRunner:
                 raise ValueError(f"{where}: non-finite sampling log-prob")
         text = tok.decode(ids, skip_special_tokens=True)
         first = not out.response_ids
+        if not first and req.sampling.temperature != out.temperature:
+            # one member, one sampling distribution: its log-probs are computed at one temperature
+            raise ValueError(
+                f"{where}: a continuation sampled at temperature {req.sampling.temperature} of an "
+                f"output sampled at {out.temperature}"
+            )
+        out.temperature = req.sampling.temperature
         out.response_ids.extend(ids)
         out.loss_mask.extend([1] * len(ids))
         if gen.logprobs is None or (out.logprobs is None and not first):

@@ -34,6 +34,7 @@ import yaml
 from srpo.config import to_dict
 from srpo.study.spec import StudySpec
 from srpo.train.checkpoint import latest_checkpoint
+from srpo.train.run_identity import result_fingerprint
 
 # launch(argv, log_path) -> exit status; argv are `srpo` CLI arguments
 Launcher = Callable[[list[str], Path], int]
@@ -85,13 +86,6 @@ def inprocess_launcher(argv: list[str], log: Path) -> int:
 
 class CellFailed(RuntimeError):
     pass
-
-
-def _fingerprint(cfg_dict: dict[str, Any]) -> str:
-    from srpo.train.checkpoint import config_fingerprint
-
-    data = {k: v for k, v in cfg_dict.items() if k not in ("output_dir", "resume")}
-    return config_fingerprint(data)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -147,7 +141,7 @@ def run_cell(spec: StudySpec, cell: Cell, launch: Launcher = subprocess_launcher
     d = cell.directory(spec.output)
     cfg = spec.cell_config(cell.setting, cell.method, cell.seed, d)
     cfg_dict = to_dict(cfg)
-    fingerprint = _fingerprint(cfg_dict)
+    fingerprint = result_fingerprint(cfg_dict)
     result_path = d / "result.json"
     if result_path.exists():
         done = _read_json(result_path)

@@ -103,8 +103,8 @@ class TrainState:
 def config_fingerprint(resolved_config: Mapping[str, Any]) -> str:
     """sha256 of the canonical JSON of a resolved config (sorted keys; values must be JSON-able).
 
-    Leave out fields that may change on resume without changing the run (output paths, the total
-    number of steps when extending a run, logging switches) before hashing.
+    Which fields to leave out before hashing is decided in one place, srpo.train.run_identity
+    (resume_fingerprint for checkpoints, result_fingerprint for finished study cells).
     """
     text = json.dumps(resolved_config, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(text.encode()).hexdigest()

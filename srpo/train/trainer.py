@@ -3,8 +3,18 @@
     trainer = Trainer(load_config("configs/smoke.yaml"))
     trainer.train()
 
-Each optimizer step of a rollout batch sees whole sets only (minibatches and micro-batches are
-packs of sets), so the setwise loss and its N_sets normalization are exact. Several policies
+The update, per rollout batch (Trainer.update):
+
+    for epoch in range(epochs):
+        for sets in split_sets(batch, minibatches):        # exactly `minibatches` parts of whole sets
+            step = with_step_weights(spec, batch.select_sets(sets))   # weights once per optimizer step
+            for micro in pack_sets(step, micro_batch_tokens): loss(micro).backward()
+            optimizer_step()
+
+Each optimizer step sees whole sets only (minibatches and micro-batches are packs of sets), so
+the setwise loss and its N_sets normalization are exact. Log-probs (old, new, reference) are
+those of the distribution each member was sampled from: its policy at its temperature
+(srpo.train.forward). The batch moves to the device once, after the rollout. Several policies
 (separate models, or LoRA adapters on one base) are updated in the same step, each with its own
 optimizer, learning rate and gradient clipping. The method (SRPO or a baseline) is a MethodSpec
 from srpo.objective; this file never branches on its name.
@@ -27,7 +37,7 @@ from typing import Any
 import torch
 import yaml
 
-from srpo.batch import FlatBatch, build_flat_batch, pack_sets
+from srpo.batch import FlatBatch, build_flat_batch, pack_sets, split_sets
 from srpo.config import Config, to_dict
 from srpo.objective.diagnostics import kl_k3, masked_token_mean
 from srpo.objective.methods import (
@@ -36,12 +46,12 @@ from srpo.objective.methods import (
     method_policy_loss,
     prepare_step,
     step_counts,
-    step_token_weights,
+    with_step_weights,
 )
 from srpo.rollout.build import build_policies, build_rollout, load_tasks
 from srpo.rollout.policies import PolicySet
 from srpo.rollout.runner import rollout_metrics
-from srpo.train.checkpoint import TrainState, config_fingerprint, latest_checkpoint, load_checkpoint, save_checkpoint
+from srpo.train.checkpoint import TrainState, latest_checkpoint, load_checkpoint, save_checkpoint
 from srpo.train.distributed import (
     all_reduce_gradients,
     barrier,
@@ -51,25 +61,16 @@ from srpo.train.distributed import (
     sum_counts,
 )
 from srpo.train.evaluate import EvalResult, evaluate, write_eval_json
-from srpo.train.forward import batch_logprobs
+from srpo.train.forward import batch_logprobs, check_training_sampling
 from srpo.train.metrics_log import MetricsLogger
 from srpo.train.optim import build_optimizers, policy_parameters
+from srpo.train.run_identity import RESUMABLE_FIELDS, resume_fingerprint
 from srpo.types import Episode, Task
-
-# Config fields that may change between a run and its resumption (they do not change the
-# computation of the steps already done).
-RESUMABLE_FIELDS = ("output_dir", "resume", "train.steps", "train.threads", "device", "eval", "checkpoint")
 
 
 def fingerprint_of(cfg: Config) -> str:
-    data = to_dict(cfg)
-    for dotted in RESUMABLE_FIELDS:
-        node = data
-        *parents, leaf = dotted.split(".")
-        for p in parents:
-            node = node[p]
-        node.pop(leaf, None)
-    return config_fingerprint(data)
+    """The checkpoint fingerprint of a config (srpo.train.run_identity)."""
+    return resume_fingerprint(to_dict(cfg))
 
 
 class PhaseTimer:
@@ -99,13 +100,27 @@ class TrainResult:
     history: list[dict[str, float]] = field(default_factory=list)
 
 
-def _mean_metrics(parts: list[dict[str, float]]) -> dict[str, float]:
-    """Averages per-micro-batch metrics; `policy/loss` and `loss` are summed (they add up)."""
+# Metrics that add up over the micro-batches of one optimizer step: the loss terms (each
+# micro-batch carries its share of the step's weights) and counts.
+_ADDITIVE = ("loss", "policy/loss", "kl_ref", "entropy_bonus", "ratio/clamp_count")
+
+
+def combine_micro_batches(parts: list[dict[str, float]]) -> dict[str, float]:
+    """One optimizer step's metrics from its micro-batches': loss terms and counts summed (the
+    step's loss is the sum of its micro-batches'), everything else averaged."""
     out: dict[str, float] = {}
-    keys = {k for p in parts for k in p}
-    for k in sorted(keys):
+    for k in sorted({k for p in parts for k in p}):
         vals = [p[k] for p in parts if k in p]
-        out[k] = sum(vals) if k in ("policy/loss", "loss", "ratio/clamp_count") else sum(vals) / len(vals)
+        out[k] = sum(vals) if k in _ADDITIVE else sum(vals) / len(vals)
+    return out
+
+
+def mean_over_steps(steps: list[dict[str, float]]) -> dict[str, float]:
+    """The update's metrics: the mean per optimizer step (never a sum over epochs and minibatches)."""
+    out: dict[str, float] = {}
+    for k in sorted({k for s in steps for k in s}):
+        vals = [s[k] for s in steps if k in s]
+        out[k] = sum(vals) / len(vals)
     return out
 
 
@@ -121,6 +136,7 @@ class Trainer:
                                  f"of processes ({self.dist.world}): ranks own whole tasks")
             if cfg.device.startswith("cuda"):
                 cfg = dataclasses.replace(cfg, device=f"cuda:{self.dist.local_rank}")
+        check_minibatches(t.minibatches, t.tasks_per_step, cfg.group_size, self.dist.world)
         # "{time}" in output_dir gives every run of a preset its own directory
         run_dir = cfg.output_dir.replace("{time}", time.strftime("%Y%m%d-%H%M%S"))
         if cfg.resume and "{time}" in cfg.output_dir:
@@ -135,6 +151,7 @@ class Trainer:
         self._resume_from = self._find_resume_checkpoint()
         self.policies = policies or build_policies(cfg.model, cfg.policies, cfg.device)
         self.runner, self.workflow = build_rollout(cfg, policies=self.policies)
+        check_training_sampling({a: self.runner.agents[a].sampling for a in self.workflow.agents})
         self.pad_id = self._pad_token_id()
         self.params = policy_parameters(self.policies)
         self.optimizers, self.schedulers = build_optimizers(
@@ -242,10 +259,7 @@ class Trainer:
             return self.runner.run(self.tasks_for_step(step), self.workflow, group_size=self.cfg.group_size).episodes
 
     def _logprobs(self, policies: PolicySet, batch: FlatBatch, *, with_entropy: bool = False):
-        return batch_logprobs(
-            policies, batch, chunk_size=self.cfg.train.logprob_chunk_size, with_entropy=with_entropy,
-            device=self.cfg.device,
-        )
+        return batch_logprobs(policies, batch, chunk_size=self.cfg.train.logprob_chunk_size, with_entropy=with_entropy)
 
     @property
     def on_policy(self) -> bool:
@@ -257,9 +271,9 @@ class Trainer:
     def _forward_diagnostics(micro: FlatBatch, out) -> dict[str, float]:
         """Token-mean entropy and the train/inference mismatch KL(sampler || trainer forward)."""
         mask = micro.response_mask
-        metrics = {"entropy": masked_token_mean(out.entropy.detach().cpu(), mask)}
+        metrics = {"entropy": masked_token_mean(out.entropy.detach(), mask)}
         if micro.sampling_logprobs is not None:
-            sampled, trained = micro.sampling_logprobs.double(), out.logprobs.detach().cpu().double()
+            sampled, trained = micro.sampling_logprobs.double(), out.logprobs.detach().double()
             metrics["mismatch/kl"] = masked_token_mean(kl_k3(sampled, trained), mask)  # float64: k3 ~ d^2/2
             metrics["mismatch/abs_diff"] = masked_token_mean((sampled - trained).abs(), mask)
         return metrics
@@ -280,9 +294,9 @@ class Trainer:
                     parts.append(self._forward_diagnostics(micro, out))
                 if need_ref:
                     refs.append((ids, self._reference_logprobs(micro)))
-        old = _scatter_rows(batch, olds).cpu() if olds else None
-        ref = _scatter_rows(batch, refs).cpu() if refs else None
-        return old, ref, _mean_metrics(parts)
+        old = _scatter_rows(batch, olds) if olds else None
+        ref = _scatter_rows(batch, refs) if refs else None
+        return old, ref, combine_micro_batches(parts)
 
     def _reference_logprobs(self, micro: FlatBatch) -> torch.Tensor:
         if self.reference is not None:
@@ -293,36 +307,38 @@ class Trainer:
             return self._logprobs(base, dataclasses.replace(micro, member_policy=("shared",) * micro.num_members)).logprobs
 
     def update(self, batch: FlatBatch) -> dict[str, float]:
-        """K epochs over the rollout batch; each epoch is `minibatches` optimizer steps of whole sets."""
+        """K epochs over the rollout batch; each epoch is exactly `minibatches` optimizer steps of
+        whole sets (srpo.batch.split_sets), the same count on every rank."""
         t = self.cfg.train
         on_policy = batch.old_logprobs is None
         for model in self.policies.models():
             model.train()
-        parts: list[dict[str, float]] = []
+        steps: list[dict[str, float]] = []  # metrics of each optimizer step
         grad_norms: dict[str, list[float]] = {n: [] for n in self.params}
         for _ in range(t.epochs):
-            order = torch.randperm(batch.num_sets).tolist() if t.minibatches > 1 else list(range(batch.num_sets))
-            for chunk in _split(order, t.minibatches):
-                # N_sets and every other count are those of this optimizer step
-                mb = batch.select_sets(chunk)
-                totals = sum_counts(self.dist, step_counts(mb)) if self.dist.active else None
-                mb = dataclasses.replace(mb, token_weights=step_token_weights(self.spec, mb, totals=totals))
+            for set_ids in split_sets(batch, t.minibatches):
+                step = batch.select_sets(set_ids)
+                # N_sets and every other count are those of this optimizer step (all ranks)
+                totals = sum_counts(self.dist, step_counts(step)) if self.dist.active else None
+                step = with_step_weights(self.spec, step, totals=totals)
                 for opt in self.optimizers.values():
                     opt.zero_grad(set_to_none=True)
-                for ids in pack_sets(mb, t.micro_batch_tokens):
-                    micro = mb.select_sets(ids)
+                parts: list[dict[str, float]] = []
+                for micro_ids in pack_sets(step, t.micro_batch_tokens):
+                    micro = step.select_sets(micro_ids)
                     out = self._logprobs(self.policies, micro, with_entropy=on_policy or t.entropy_alpha > 0)
                     if on_policy:  # pi_old is the policy itself: its detached forward is log pi_old
-                        micro = dataclasses.replace(micro, old_logprobs=out.logprobs.detach().cpu())
+                        micro = dataclasses.replace(micro, old_logprobs=out.logprobs.detach())
                         parts.append(self._forward_diagnostics(micro, out))
                     loss, m = method_policy_loss(
-                        self.spec, _to_device(micro, out.logprobs.device), out.logprobs, entropy=out.entropy,
+                        self.spec, micro, out.logprobs, entropy=out.entropy,
                         kl_beta=t.kl_beta, entropy_alpha=t.entropy_alpha,
                     )
                     if not torch.isfinite(loss):
                         raise FloatingPointError(f"non-finite loss {loss.item()} at step {self.step}")
                     loss.backward()
                     parts.append(m)
+                steps.append(combine_micro_batches(parts))
                 for name, params in self.params.items():
                     if self.dist.active:
                         all_reduce_gradients(self.dist, params)
@@ -330,7 +346,8 @@ class Trainer:
                     grad_norms[name].append(float(norm))
                     self.optimizers[name].step()
                     self.schedulers[name].step()
-        metrics = _mean_metrics(parts)
+        metrics = mean_over_steps(steps)
+        metrics["update/optimizer_steps"] = float(len(steps))
         for name, norms in grad_norms.items():
             metrics[f"grad_norm/{name}"] = sum(norms) / len(norms)
             metrics[f"lr/{name}"] = self.schedulers[name].get_last_lr()[0]
@@ -388,7 +405,7 @@ class Trainer:
                 with timer("rollout"):
                     episodes = self.rollout(self.step)
                 with timer("sets"):
-                    batch = build_flat_batch(episodes, self.pad_id)
+                    batch = build_flat_batch(episodes, self.pad_id).to(self.cfg.device)
                 with timer("old_logprobs"):
                     old, ref, diag = self.old_and_ref_logprobs(batch)
                 with timer("advantages"):
@@ -450,32 +467,32 @@ class _NoLogger:
     def close(self) -> None: ...
 
 
-def _split(order: list[int], parts: int) -> list[list[int]]:
-    if parts > len(order):
-        raise ValueError(f"train.minibatches ({parts}) exceeds the number of sets in a step ({len(order)})")
-    size = math.ceil(len(order) / parts)
-    return [order[i : i + size] for i in range(0, len(order), size)]
+def check_minibatches(minibatches: int, tasks_per_step: int, group_size: int, world: int) -> None:
+    """Every rank must be able to cut its sets into exactly `minibatches` parts of whole sets,
+    so that all ranks make the same number of optimizer steps (and collective calls).
+
+    A rank owns at least floor(tasks_per_step / world) tasks, i.e. that many times group_size
+    episodes, and every episode has at least one active set: that many sets are guaranteed on
+    every rank whatever the workflow does. Checked on every rank before any work.
+    """
+    episodes = (tasks_per_step // world) * group_size
+    if minibatches > episodes:
+        where = f" on each of {world} processes" if world > 1 else ""
+        raise ValueError(
+            f"train.minibatches ({minibatches}) exceeds the episodes of a step{where} ({episodes} = "
+            f"{tasks_per_step // world} tasks x group_size {group_size}); an episode may have a single "
+            f"active set and a minibatch holds whole sets, so use at most {episodes} minibatches"
+        )
 
 
 def _scatter_rows(batch: FlatBatch, pieces: list[tuple[list[int], torch.Tensor]]) -> torch.Tensor:
     """Reassembles per-micro-batch [m, T'] tensors into the batch's [M, T] member order."""
     m, t = batch.response_mask.shape
-    out = torch.zeros(m, t, dtype=torch.float32, device=pieces[0][1].device)
+    out = torch.zeros(m, t, dtype=torch.float32, device=batch.device)
     for ids, values in pieces:
-        rows = torch.isin(batch.set_index, torch.tensor(ids)).nonzero().flatten()
-        out[rows.to(out.device), : values.shape[1]] = values
+        rows = torch.isin(batch.set_index, torch.tensor(ids, device=batch.device)).nonzero().flatten()
+        out[rows, : values.shape[1]] = values
     return out
-
-
-def _to_device(batch: FlatBatch, device: torch.device) -> FlatBatch:
-    if device.type == "cpu":
-        return batch
-    moved = {
-        f.name: getattr(batch, f.name).to(device)
-        for f in dataclasses.fields(batch)
-        if isinstance(getattr(batch, f.name), torch.Tensor)
-    }
-    return dataclasses.replace(batch, **moved)
 
 
 def _progress_line(step: int, steps: int, m: dict[str, Any], timer: PhaseTimer) -> str:

@@ -84,6 +84,7 @@ class Output:
     text: str = ""
     last_text: str = ""
     stop_reason: str = ""
+    temperature: float = 1.0  # sampling temperature of its generations (0 = greedy)
     index: int = 0  # order of creation within its episode
     consumed_by: str | None = None  # event of the transition that consumed it
 
@@ -97,6 +98,7 @@ class Output:
             text=self.text,
             sampling_logprobs=None if self.logprobs is None else list(self.logprobs),
             stop_reason=self.stop_reason,
+            temperature=self.temperature,
         )
 
     @property

@@ -2,11 +2,11 @@
 
 import pytest
 import torch
-from conftest import make_episodes, random_logprob_pair
+from conftest import prepare_full_step, make_episodes, random_logprob_pair
 
 import srpo
 from srpo.batch import build_flat_batch, pack_sets
-from srpo.objective import METHODS, get_method, method_policy_loss, prepare_step
+from srpo.objective import METHODS, get_method, method_policy_loss
 from srpo.objective.reductions import REDUCTIONS
 
 
@@ -16,7 +16,7 @@ def _step(name, seed=0, **overrides):
     m, t = batch.response_mask.shape
     # "Parameters": a per-token offset theta, so logprobs = old + theta + noise depends on a leaf.
     base, old = random_logprob_pair(m, t, seed=seed, scale=0.15, dtype=torch.float64)
-    filled, _ = prepare_step(spec, batch, old)
+    filled, _ = prepare_full_step(spec, batch, old)
     return spec, filled, base.detach()
 
 
@@ -117,7 +117,7 @@ def test_member_order_inside_sets_does_not_matter_for_any_method(name):
         old = torch.full((m, t), -1.0, dtype=torch.float64)
         # log-ratio = a function of the member's own tokens, so it travels with the member
         lp = old + 0.05 * torch.sin(batch.input_ids[:, batch.prompt_length:].double())
-        filled, _ = prepare_step(spec, batch, old)
+        filled, _ = prepare_full_step(spec, batch, old)
         loss, _ = method_policy_loss(spec, filled, lp)
         results.append(loss.detach())
     torch.testing.assert_close(results[0], results[1], rtol=0, atol=1e-12)

@@ -227,8 +227,8 @@ def test_episodes_feed_the_objective_unchanged(tok):
     spec = get_method("srpo", group_keys=("task", "event"))
     prepared, metrics = prepare_step(spec, batch, old_logprobs=batch.sampling_logprobs)
     # rewards alternate 1.1 / 0.1 inside every group of 4 -> advantages +-0.866 (std-scaled)
-    adv = prepared.member_advantages
-    assert adv is not None and torch.all(adv.abs() > 0.5)
+    adv = prepared.set_advantages  # [S]: SRPO's advantages stay per set
+    assert adv is not None and adv.shape == (batch.num_sets,) and torch.all(adv.abs() > 0.5)
 
 
 @pytest.mark.parametrize("name, params", [("parallel", {"k": 3}), ("debate", {"rounds": 2}),

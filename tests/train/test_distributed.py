@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_episodes
+from conftest import prepare_full_step, make_episodes
 
 from srpo.batch import build_flat_batch
-from srpo.objective import METHODS, get_method, method_policy_loss, prepare_step
-from srpo.objective.methods import step_counts, step_token_weights
+from srpo.objective import METHODS, get_method, method_policy_loss
+from srpo.objective.methods import step_counts
 from srpo.train.distributed import check_data_parallel
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,8 +39,7 @@ def _loss_and_grad(spec, episodes, theta, totals=None):
     m, t = batch.response_mask.shape
     g = torch.Generator().manual_seed(0)
     old = -torch.rand(m, t, generator=g, dtype=torch.float64)
-    filled, _ = prepare_step(spec, batch, old)
-    filled.token_weights = step_token_weights(spec, filled, totals=totals)
+    filled, _ = prepare_full_step(spec, batch, old, totals=totals)
     # the log-ratio depends on the member's own tokens and on the shared parameter
     logprobs = old + 0.05 * torch.sin(batch.input_ids[:, batch.prompt_length:].double()) + theta[:t]
     loss, _ = method_policy_loss(spec, filled, logprobs)

@@ -4,11 +4,11 @@ import math
 
 import pytest
 import torch
-from conftest import make_episodes
+from conftest import prepare_full_step, make_episodes
 
 from srpo.batch import build_flat_batch
-from srpo.objective import METHODS, get_method, method_policy_loss, prepare_step
-from srpo.objective.methods import step_advantages, step_token_weights
+from srpo.objective import METHODS, get_method, method_policy_loss
+from srpo.objective.methods import step_advantages, step_weights
 from srpo.types import ActiveSet, Episode, Member, Task
 
 A4 = 0.5 / (math.sqrt(1 / 3) + 1e-6)  # +-0.5 over unbiased std of [1, 1, 0, 0]
@@ -52,14 +52,16 @@ def test_batch_layout(batch):
 def test_srpo_one_advantage_per_set_grouped_by_task(batch):
     # 4 sets in the task group with R = [1, 1, 0, 0] -> +-A4, shared by every member of a set
     adv = step_advantages(get_method("srpo"), batch)
-    torch.testing.assert_close(adv.member, torch.tensor([A4, A4, A4, -A4, -A4, -A4]))
+    assert adv.member is None  # kept per set, never broadcast to members and collapsed back
+    torch.testing.assert_close(adv.set, torch.tensor([A4, A4, -A4, -A4]))
+    torch.testing.assert_close(adv.per_member(batch.set_index), torch.tensor([A4, A4, A4, -A4, -A4, -A4]))
     assert adv.unit.shape == (4,)
 
 
 def test_srpo_task_event_grouping(batch):
     # group (task, event): solve sets [1, 0] and aggregate sets [1, 0] -> +-A2 each
     adv = step_advantages(get_method("srpo", group_keys=("task", "event")), batch)
-    torch.testing.assert_close(adv.member, torch.tensor([A2, A2, A2, -A2, -A2, -A2]))
+    torch.testing.assert_close(adv.per_member(batch.set_index), torch.tensor([A2, A2, A2, -A2, -A2, -A2]))
     assert adv.num_groups == 2
 
 
@@ -72,7 +74,8 @@ def test_grpo_groups_by_task_and_agent(batch):
 def test_magrpo_joint_reward_same_value_to_every_agent(batch):
     # episodes [1, 0] -> +-A2 to every member of the episode
     adv = step_advantages(get_method("magrpo"), batch)
-    torch.testing.assert_close(adv.member, torch.tensor([A2, A2, A2, -A2, -A2, -A2]))
+    torch.testing.assert_close(adv.set, torch.tensor([A2, A2, -A2, -A2]))  # the episode's value per set
+    torch.testing.assert_close(adv.per_member(batch.set_index), torch.tensor([A2, A2, A2, -A2, -A2, -A2]))
 
 
 def test_at_grpo_groups_by_turn_too():
@@ -120,15 +123,17 @@ def test_dr_grpo_has_no_std_scaling(batch):
      ("dr_grpo", 12 / 18)],
 )
 def test_aggregation_weights_total(batch, name, total):
-    w = step_token_weights(get_method(name), batch)
-    assert w.sum().item() == pytest.approx(total, abs=1e-6)
-    assert bool((w[~batch.response_mask] == 0).all())
+    w = step_weights(get_method(name), batch)
+    # every token of member m weighs w_m: the total is sum_m L_m w_m, also the sum of set weights
+    assert (w.member * batch.response_lengths).sum().item() == pytest.approx(total, abs=1e-6)
+    assert w.set.sum().item() == pytest.approx(total, abs=1e-6)
 
 
 def test_srpo_set_weights_are_one_over_num_sets(batch):
-    w = step_token_weights(get_method("srpo"), batch)
-    per_set = torch.zeros(4).index_add(0, batch.set_index, w.sum(-1))
-    torch.testing.assert_close(per_set, torch.full((4,), 0.25))
+    w = step_weights(get_method("srpo"), batch)
+    torch.testing.assert_close(w.set, torch.full((4,), 0.25))
+    # each token of a member of set S weighs 1 / (N_sets |S| L_m): member 0 (|S| = 2, L = 2) -> 1/16
+    assert w.member[0].item() == pytest.approx(1 / 16)
 
 
 @pytest.mark.parametrize("name", sorted(METHODS))
@@ -136,7 +141,7 @@ def test_every_method_runs_through_one_dispatch_point(name):
     spec = get_method(name)
     b = build_flat_batch(make_episodes(seed=1), pad_token_id=0)
     old = -torch.rand(b.response_mask.shape, generator=torch.Generator().manual_seed(0))
-    filled, adv_metrics = prepare_step(spec, b, old)
+    filled, adv_metrics = prepare_full_step(spec, b, old)
     lp = (old + 0.01 * torch.randn(old.shape, generator=torch.Generator().manual_seed(1))).requires_grad_(True)
     loss, metrics = method_policy_loss(spec, filled, lp)
     loss.backward()
@@ -149,7 +154,7 @@ def test_every_method_runs_through_one_dispatch_point(name):
 def test_kl_and_entropy_terms(batch):
     spec = get_method("srpo")
     old = torch.full(batch.response_mask.shape, -1.0)
-    filled, _ = prepare_step(spec, batch, old)
+    filled, _ = prepare_full_step(spec, batch, old)
     filled.ref_logprobs = torch.full_like(old, -1.5)
     lp = old.clone().requires_grad_(True)
     base, _ = method_policy_loss(spec, filled, lp)
@@ -190,7 +195,7 @@ def test_nan_reward_is_rejected():
 def test_step_and_loss_metrics_values(batch):
     spec = get_method("grpo")
     old = torch.zeros(batch.response_mask.shape)
-    filled, m = prepare_step(spec, batch, old)
+    filled, m = prepare_full_step(spec, batch, old)
     # episode rewards [1, 0]: mean 0.5, unbiased std sqrt(0.5)
     assert m["reward/mean"] == pytest.approx(0.5) and m["reward/std"] == pytest.approx(math.sqrt(0.5))
     # solver lengths 2, 3, 2, 3; aggregator 1, 1

@@ -111,9 +111,9 @@ def test_gspo_preset_is_singleton_srpo():
     logprobs, old, mask, set_index, _ = _random_sets(seed=4)
     m = logprobs.shape[0]
     member_adv = torch.linspace(-1, 1, m, dtype=torch.float64)
-    weights = mask.double() / (m * mask.sum(-1, keepdim=True))  # member_mean aggregation
+    weights = 1.0 / (m * mask.sum(-1).double())  # member_mean: each token of m weighs 1 / (M L_m)
     x = UnitLossInputs(logprobs, old, mask, set_index, int(set_index.max()) + 1, member_adv, weights)
-    loss, _ = unit_policy_loss("sequence", x, UnitLossSettings(0.2, 0.2))
+    loss = unit_policy_loss("sequence", x, UnitLossSettings(0.2, 0.2)).loss
     ref, _ = srpo.setwise_policy_loss(logprobs, old, mask, torch.arange(m), member_adv, clip_low=0.2, clip_high=0.2)
     torch.testing.assert_close(loss, ref, rtol=0, atol=1e-12)
 
@@ -142,9 +142,9 @@ def test_token_unit_matches_grpo_reference():
     logprobs, old, mask, set_index, _ = _random_sets(seed=6)
     m = logprobs.shape[0]
     member_adv = torch.linspace(-1, 1, m, dtype=torch.float64)
-    weights = mask.double() / (m * mask.sum(-1, keepdim=True))  # seq_mean_token_mean
+    weights = 1.0 / (m * mask.sum(-1).double())  # seq_mean_token_mean: 1 / (M L_m) per token
     x = UnitLossInputs(logprobs, old, mask, set_index, int(set_index.max()) + 1, member_adv, weights)
-    loss, metrics = unit_policy_loss("token", x, UnitLossSettings(0.2, 0.28))
+    loss, metrics, _ = unit_policy_loss("token", x, UnitLossSettings(0.2, 0.28))
     (grad,) = torch.autograd.grad(loss, logprobs)
     ref_in = logprobs.detach().clone().requires_grad_(True)
     ref = grpo_token_reference(ref_in, old, mask, member_adv, 0.2, 0.28)
