@@ -73,14 +73,15 @@ def member_token_weights(
     lengths: [M] response tokens in the loss (L_m >= 1); set_index: [M] long; agent_index: [M]
     long (agent_seq_mean_token_mean only); norm_constant: C for token_sum_norm (Dr. GRPO divides
     by a constant, the generation budget, not by the realised lengths); totals: the step's
-    counts over every process (None: this batch is the whole step). Returns [M] float32.
+    counts over every process (None: this batch is the whole step). Returns [M] float64 (tiny,
+    and the set weights summed from it stay exact; losses cast to their own dtype).
     """
     check_aggregation(aggregation)
-    lengths = lengths.to(torch.float32)  # [M]
+    lengths = lengths.to(torch.float64)  # [M]
     n_sets = totals.num_sets if totals else num_sets
     n_members = totals.num_members if totals else lengths.shape[0]
     if aggregation == "set_mean":
-        set_sizes = torch.bincount(set_index, minlength=num_sets).to(torch.float32)  # [S]
+        set_sizes = torch.bincount(set_index, minlength=num_sets).to(torch.float64)  # [S]
         return 1.0 / (n_sets * set_sizes[set_index] * lengths)
     if aggregation in ("member_mean", "seq_mean_token_mean"):
         return 1.0 / (n_members * lengths)
@@ -94,8 +95,8 @@ def member_token_weights(
     # agent_seq_mean_token_mean
     if agent_index is None:
         raise ValueError("agent_seq_mean_token_mean needs agent_index [M]")
-    agent_counts = (totals.agent_members.to(lengths.device) if totals
-                    else torch.bincount(agent_index).to(torch.float32))
+    agent_counts = (totals.agent_members.to(lengths.device, torch.float64) if totals
+                    else torch.bincount(agent_index).to(torch.float64))
     return 1.0 / (agent_counts[agent_index] * lengths)
 
 

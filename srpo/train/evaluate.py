@@ -22,7 +22,7 @@ import torch
 from srpo.rollout.runner import RolloutRunner
 from srpo.train.stats import Interval, wilson_interval
 from srpo.types import Episode, Task
-from srpo.workflows.base import Workflow
+from srpo.workflows.base import Workflow, normalize_reward
 
 
 @dataclass
@@ -82,8 +82,9 @@ def greedy_runner(runner: RolloutRunner, seed: int) -> RolloutRunner:
 
 
 # The reward component that says "solved": math rewards have "correct", search rewards "em"
-# (exact match of the answer). The first one present is used.
-SUCCESS_COMPONENTS = ("correct", "em")
+# (exact match of the answer), a reward function returning a plain number gives "reward" (see
+# normalize_reward). The first one present is used.
+SUCCESS_COMPONENTS = ("correct", "em", "reward")
 
 
 def _is_correct(components: dict[str, float], success: str | None = None) -> bool:
@@ -122,7 +123,10 @@ def evaluate(
     def score(task: Task, text: str) -> bool:
         if agent_scorer is not None:
             return agent_scorer(task, text)
-        return _is_correct(runner.reward_fn(task, text).components, success_component)
+        # the same reading of a reward result as the runner's (a RewardResult, a mapping of
+        # components or a plain number), so per-agent scores use the episodes' components
+        value = normalize_reward(runner.reward_fn(task, text), what=f"the reward of task {task.task_id!r}")
+        return _is_correct(value, success_component)
 
     hits: dict[str, list[bool]] = {}
     for ep in episodes:
