@@ -131,7 +131,7 @@ def test_aggregation_weights_total(batch, name, total):
 
 def test_srpo_set_weights_are_one_over_num_sets(batch):
     w = step_weights(get_method("srpo"), batch)
-    torch.testing.assert_close(w.set, torch.full((4,), 0.25))
+    torch.testing.assert_close(w.set, torch.full((4,), 0.25, dtype=torch.float64))
     # each token of a member of set S weighs 1 / (N_sets |S| L_m): member 0 (|S| = 2, L = 2) -> 1/16
     assert w.member[0].item() == pytest.approx(1 / 16)
 
