@@ -15,7 +15,7 @@ import time
 import torch
 
 import srpo
-from srpo.objective.aggregation import token_weights
+from srpo.objective.aggregation import member_token_weights, set_weights
 from srpo.objective.losses import UnitLossInputs, UnitLossSettings, unit_policy_loss
 
 
@@ -54,8 +54,10 @@ def main() -> None:
     new, old, mask, set_index, set_adv = make_inputs(args.members, args.tokens)
     num_sets = int(set_index.max()) + 1
     member_adv = set_adv[set_index]
-    grpo_w = token_weights("seq_mean_token_mean", mask, set_index, num_sets)
-    srpo_w = token_weights("set_mean", mask, set_index, num_sets)
+    lengths = mask.sum(-1)  # [M]
+    grpo_w = member_token_weights("seq_mean_token_mean", lengths, set_index, num_sets)  # [M]
+    srpo_w = set_weights(member_token_weights("set_mean", lengths, set_index, num_sets),
+                         lengths, set_index, num_sets)  # [S]
 
     def srpo_public():
         lp = new.clone().requires_grad_(True)
@@ -64,14 +66,14 @@ def main() -> None:
 
     def srpo_engine():
         lp = new.clone().requires_grad_(True)
-        x = UnitLossInputs(lp, old, mask, set_index, num_sets, member_adv, srpo_w)
-        loss, _ = unit_policy_loss("set", x, UnitLossSettings(3e-4, 4e-4))
+        x = UnitLossInputs(lp, old, mask, set_index, num_sets, set_adv, srpo_w)
+        loss = unit_policy_loss("set", x, UnitLossSettings(3e-4, 4e-4)).loss
         loss.backward()
 
     def grpo_engine():
         lp = new.clone().requires_grad_(True)
         x = UnitLossInputs(lp, old, mask, set_index, num_sets, member_adv, grpo_w)
-        loss, _ = unit_policy_loss("token", x, UnitLossSettings(0.2, 0.2))
+        loss = unit_policy_loss("token", x, UnitLossSettings(0.2, 0.2)).loss
         loss.backward()
 
     variants = {"grpo (token)": grpo_engine, "srpo (engine)": srpo_engine, "srpo (public fn)": srpo_public}

@@ -18,7 +18,6 @@ give. Used for the clip defaults in docs/algorithms.md.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import tempfile
 
 import torch
@@ -26,7 +25,7 @@ import torch
 from srpo.batch import build_flat_batch
 from srpo.cli_train import DEFAULT_CONFIG
 from srpo.config import load_config
-from srpo.objective.methods import prepare_step, step_token_weights
+from srpo.objective.methods import prepare_step
 from srpo.objective.reductions import REDUCTIONS, set_log_ratio
 from srpo.train.trainer import Trainer
 
@@ -49,8 +48,7 @@ def main() -> None:
         order = torch.randperm(batch.num_sets).tolist()
         half_a, half_b = order[: len(order) // 2], order[len(order) // 2 :]
         a = filled.select_sets(half_a)
-        a = dataclasses.replace(a, token_weights=step_token_weights(trainer.spec, a))
-        trainer.update(a)  # one optimizer step on half A
+        trainer.update(a)  # one optimizer step on half A (it computes the step's weights itself)
         b = filled.select_sets(half_b)
         with torch.no_grad():
             new = trainer._logprobs(trainer.policies, b).logprobs.cpu()
