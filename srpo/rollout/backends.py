@@ -215,8 +215,9 @@ class HFGenerateBackend:
     after them. Greedy decoding (temperature 0) records the log-softmax of the raw logits
     (temperature 1). Processors that the model's own generation_config turns on (e.g. a
     repetition_penalty) run before ours, so the recorded log-probs stay those sampled from.
-    The trainer recomputes the ratio's old log-probs with its own forward pass (temperature
-    only, no top-k/top-p renormalization); these feed the train/inference mismatch diagnostic.
+    The trainer recomputes the ratio's old log-probs with its own forward pass at the member's
+    temperature (and refuses top-k / top-p / greedy sampling in training); these feed the
+    train/inference mismatch diagnostic.
     """
 
     def __init__(
