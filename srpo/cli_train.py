@@ -31,6 +31,7 @@ def _split_args(config: str | None, overrides: list[str]) -> tuple[str | None, l
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from srpo.config import ConfigError, load_config
+    from srpo.train.checkpoint import CheckpointError
     from srpo.train.stats import paired_comparison
     from srpo.train.trainer import Trainer
 
@@ -39,10 +40,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
         cfg = load_config(_resolve_config(config), overrides)
         start = time.perf_counter()
         trainer = Trainer(cfg)
-    except (ConfigError, ValueError, FileNotFoundError) as e:
+    except (ConfigError, ValueError, FileNotFoundError, CheckpointError) as e:
+        # bad settings and unusable checkpoints are refused before any work: one line, no traceback
         print(f"srpo train: {e}", file=sys.stderr)
         return 2
-    result = trainer.train()
+    try:
+        result = trainer.train()
+    except CheckpointError as e:  # a checkpoint that does not fit the model: nothing was written
+        print(f"srpo train: {e}", file=sys.stderr)
+        return 2
     if not trainer.dist.is_main:  # data-parallel runs: rank 0 reports
         return 0
     wall = time.perf_counter() - start
@@ -58,6 +64,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     from srpo.config import ConfigError, load_config
+    from srpo.train.checkpoint import CheckpointError
     from srpo.rollout.build import build_rollout, load_tasks
     from srpo.train.evaluate import evaluate, write_eval_json
 
@@ -70,12 +77,13 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
             torch.set_num_threads(cfg.train.threads)
         policies = None
-        if path.name == "config.yaml" and (path.parent / "export").is_dir():
-            policies = _exported_policies(path.parent / "export", cfg)
+        if path.name == "config.yaml":  # a run directory: say which weights are evaluated
+            policies, what = _run_policies(path.parent, cfg)
+            print(what, flush=True)
         runner, workflow = build_rollout(cfg, workflow=args.workflow, policies=policies)
         # the same held-out tasks as the trainer's evaluation (eval.size) unless --n says otherwise
         tasks = load_tasks(cfg.task, split="heldout", limit=args.n if args.n is not None else (cfg.eval.size or None))
-    except (ConfigError, ValueError, FileNotFoundError) as e:
+    except (ConfigError, ValueError, FileNotFoundError, CheckpointError) as e:
         print(f"srpo eval: {e}", file=sys.stderr)
         return 2
     result, _ = evaluate(runner, workflow, tasks, seed=cfg.seed, success_component=cfg.eval.success_component)
@@ -87,6 +95,27 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_policies(run_dir: Path, cfg):
+    """(policies, what is evaluated) for a run directory: its exported policies (checksums
+    checked), else its newest complete checkpoint, else the untrained initial policies, said so."""
+    from srpo.rollout.build import build_policies
+    from srpo.train.checkpoint import latest_checkpoint, load_checkpoint_policies
+    from srpo.train.trainer import checkpointed_models
+
+    export = run_dir / "export"
+    if export.is_dir():
+        policies, verified = _exported_policies(export, cfg)
+        note = "checksums verified" if verified else "no checksums: exported by an older srpo"
+        return policies, f"evaluating the trained policies exported in {export} ({note})"
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is not None:
+        policies = build_policies(cfg.model, cfg.policies, cfg.device)
+        load_checkpoint_policies(ckpt, checkpointed_models(policies))
+        return policies, f"evaluating the policies of checkpoint {ckpt} ({run_dir} has no export/)"
+    return None, (f"{run_dir} has neither export/ nor a complete checkpoint: evaluating the UNTRAINED "
+                  f"initial policies of its config")
+
+
 def _exported_policies(export_dir: Path, cfg):
     """A run's trained policies from RUN/export/<policy> (LoRA adapters come merged), one model
     per policy name, so any policy layout evaluates the same way."""
@@ -94,18 +123,21 @@ def _exported_policies(export_dir: Path, cfg):
 
     from srpo.rollout.policies import PolicySet
 
+    from srpo.train.checkpoint import verify_export
+
     models = {}
+    verified = True
     for name in cfg.policies.names:
         folder = export_dir / name
         if not folder.is_dir():
             raise FileNotFoundError(f"{export_dir} has no exported policy {name!r}")
+        verified = verify_export(folder) and verified  # raises on a damaged file, naming it
         model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).to(cfg.device).eval()
         models[name] = (model, AutoTokenizer.from_pretrained(folder, local_files_only=True))
-    print(f"evaluating the trained policies in {export_dir}")
     if len(models) == 1:
         (name, (model, tok)), = models.items()
-        return PolicySet.shared(model, tok, name=name)
-    return PolicySet.separate(models)
+        return PolicySet.shared(model, tok, name=name), verified
+    return PolicySet.separate(models), verified
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:

@@ -57,6 +57,7 @@ CHECKPOINTS_DIR = "checkpoints"
 STATE_FILE = "trainer_state.json"  # written last: the completion marker
 RNG_FILE = "rng.pt"
 POINTER = "latest"
+EXPORT_MANIFEST = "srpo_export.json"  # sha256 of every file of an exported policy folder
 FORMAT_VERSION = 1
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # policy / optimizer names become file names
@@ -510,13 +511,18 @@ def _load_policy(path: Path, model: torch.nn.Module) -> None:
 
 
 def _torch_load(path: Path) -> Any:
-    """weights_only first; a scheduler whose state holds other objects needs full unpickling,
-    acceptable here because the file's sha256 matched what this library wrote."""
+    """A checkpoint's optimizer / RNG file, with weights_only=True only: nothing here ever
+    unpickles arbitrary objects. A file that needs more (a crafted or foreign file: its sha256
+    proves nothing, whoever wrote it could recompute it) is refused, naming it."""
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises UnpicklingError or RuntimeError depending on version
-        warnings.warn(f"{path} needs full unpickling ({e.__class__.__name__})", stacklevel=3)
-        return torch.load(path, map_location="cpu", weights_only=False)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CorruptCheckpointError(
+            f"{path} cannot be loaded as plain tensors and containers (weights_only=True): "
+            f"{first[:300]}. srpo writes only such files and never unpickles other objects; "
+            f"this file was altered or written by something else"
+        ) from None
 
 
 def _check_optimizer(path: Path, optimizer: torch.optim.Optimizer, saved: Mapping) -> None:
@@ -578,6 +584,71 @@ def load_checkpoint(
     return replace(state, step=int(meta["step"]), data_state=meta["data_state"])
 
 
+def verify_checkpoint(ckpt: str | Path) -> dict[str, Any]:
+    """Reads a complete checkpoint's marker and checks every file's sha256; returns the marker.
+    Raises CorruptCheckpointError naming the file that is unreadable, missing or altered."""
+    ckpt = Path(ckpt)
+    meta = _read_marker(ckpt)
+    files = meta.get("files")
+    if not isinstance(files, dict):
+        raise CorruptCheckpointError(f"{ckpt / STATE_FILE} lists no files")
+    _check_files(ckpt, files)
+    return meta
+
+
+def newest_intact_checkpoint(run_dir: str | Path, *, below_step: int | None = None) -> Path | None:
+    """The newest complete checkpoint whose files all pass `verify_checkpoint` (optionally only
+    those of steps < below_step), or None."""
+    for ckpt in reversed(list_checkpoints(run_dir)):
+        if below_step is not None and _step_of(ckpt) >= below_step:
+            continue
+        try:
+            verify_checkpoint(ckpt)
+        except CheckpointError:
+            continue
+        return ckpt
+    return None
+
+
+def corrupt_checkpoint_message(ckpt: Path, error: CheckpointError) -> str:
+    """One line for a user: what is wrong with `ckpt`, and which intact checkpoint is left."""
+    previous = newest_intact_checkpoint(ckpt.parent.parent, below_step=_step_of(ckpt))
+    hint = (f"the newest intact checkpoint is {previous}: move {ckpt.name} aside (e.g. "
+            f"mv {ckpt} {ckpt}.corrupt) and resume again to continue from step {_step_of(previous)}"
+            if previous is not None else "no older intact checkpoint is left: start the run again")
+    return f"checkpoint {ckpt} is unusable: {error}. {hint}"
+
+
+def load_checkpoint_policies(path_or_run_dir: str | Path, policies: Mapping[str, torch.nn.Module]) -> Path:
+    """Only the weights of a checkpoint (for evaluation): checks the marker, the policy files'
+    checksums and shapes, then loads them into `policies` in place. Returns the checkpoint."""
+    ckpt = _resolve(path_or_run_dir)
+    meta = _read_marker(ckpt)
+    _check_names("policies", ckpt, set(policies), set(meta["policies"]))
+    wanted = {meta["policies"][n]["file"] for n in policies}
+    _check_files(ckpt, {f: d for f, d in meta["files"].items() if f in wanted})
+    for name, model in policies.items():
+        _check_policy(ckpt / meta["policies"][name]["file"], model, meta["policies"][name])
+    for name, model in policies.items():
+        _load_policy(ckpt / meta["policies"][name]["file"], model)
+    return ckpt
+
+
+def verify_export(folder: str | Path) -> bool:
+    """Checks an exported policy folder against its manifest. True when verified, False when it
+    has no manifest (exported by an older srpo); raises CorruptCheckpointError on a mismatch."""
+    folder = Path(folder)
+    manifest = folder / EXPORT_MANIFEST
+    if not manifest.is_file():
+        return False
+    try:
+        files = json.loads(manifest.read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CorruptCheckpointError(f"{manifest} cannot be read: {e}") from None
+    _check_files(folder, files)
+    return True
+
+
 # --------------------------------------------------------------------------- export
 
 
@@ -617,6 +688,9 @@ def export_policy(
         for path in tmp.rglob("*"):
             if path.is_file():
                 _fsync_file(path)
+        # checksums of every file, so `srpo eval RUN` can tell an intact export from a damaged one
+        manifest = {str(p.relative_to(tmp)): _sha256(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
+        _write_text(tmp / EXPORT_MANIFEST, json.dumps({"files": manifest}, indent=1) + "\n")
         _fsync_dir(tmp)
         if out.exists():
             _retire(out)

@@ -11,7 +11,8 @@ kept in the line's `"_nonfinite"` field, e.g. `{"step": 3, "loss": null, "_nonfi
 W&B receive the non-finite float itself.
 
 Resume. `MetricsLogger.resume(step)` drops the lines of steps > `step` (work that is being
-redone after loading checkpoint `step`), so a resumed run's metrics.jsonl equals the
+redone after loading checkpoint `step`; optionally also lines of `step` logged after that
+checkpoint, such as a final evaluation), so a resumed run's metrics.jsonl equals the
 uninterrupted run's; TensorBoard is told to purge those steps too (`purge_step`). Log every
 metric of step N before saving checkpoint N for this to hold. W&B cannot rewrite history: it
 ignores the redone steps it already has.
@@ -26,6 +27,7 @@ import numbers
 import os
 import warnings
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Mapping
 
 METRICS_FILE = "metrics.jsonl"
@@ -206,15 +208,19 @@ class MetricsLogger:
                 stacklevel=3,
             )
 
-    def resume(self, step: int) -> int:
-        """Drop the lines of steps > `step` (redone after loading checkpoint `step`).
+    def resume(self, step: int, *, logged_after_checkpoint: Callable[[dict[str, Any]], bool] | None = None) -> int:
+        """Drop the lines of steps > `step` (redone after loading checkpoint `step`), and the
+        lines of `step` itself for which `logged_after_checkpoint(record)` is True (work done
+        after checkpoint `step` was written, e.g. a final evaluation, that will be redone).
+        step = -1 drops every line (a run restarted from step 0).
 
         The kept lines are written to a temp file and swapped in with os.replace, so a kill
         here leaves either the old or the new file. Returns the number of lines dropped.
         """
         self._file.close()
         records, _ = _parse(self.path.read_text(), self.path)  # _open cut any partial line
-        kept = [r for r in records if r["step"] <= step]
+        redone = logged_after_checkpoint or (lambda record: False)
+        kept = [r for r in records if r["step"] < step or (r["step"] == step and not redone(_decode(dict(r))))]
         tmp = self.path.with_name(f".{METRICS_FILE}.tmp-{os.getpid()}")
         with open(tmp, "w") as f:
             f.writelines(json.dumps(r, allow_nan=False) + "\n" for r in kept)

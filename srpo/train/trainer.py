@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import json
 import math
 import random
 import time
@@ -51,7 +50,15 @@ from srpo.objective.methods import (
 from srpo.rollout.build import build_policies, build_rollout, load_tasks
 from srpo.rollout.policies import PolicySet
 from srpo.rollout.runner import rollout_metrics
-from srpo.train.checkpoint import TrainState, latest_checkpoint, load_checkpoint, save_checkpoint
+from srpo.train.checkpoint import (
+    CheckpointError,
+    TrainState,
+    corrupt_checkpoint_message,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    verify_checkpoint,
+)
 from srpo.train.distributed import (
     all_reduce_gradients,
     barrier,
@@ -66,6 +73,17 @@ from srpo.train.metrics_log import MetricsLogger
 from srpo.train.optim import build_optimizers, policy_parameters
 from srpo.train.run_identity import RESUMABLE_FIELDS, resume_fingerprint
 from srpo.types import Episode, Task
+
+# What a run writes into its directory: a fresh run (resume=false) refuses a directory holding any.
+RUN_ARTIFACTS = ("metrics.jsonl", "checkpoints", "eval", "export")
+
+
+def checkpointed_models(policies: PolicySet) -> dict[str, torch.nn.Module]:
+    """The modules a checkpoint holds: separate policies by name; a shared model or a LoRA base
+    (with all its adapters) once, as "model"."""
+    if policies.kind == "separate":
+        return {n: policies[n].model for n in policies.names}
+    return {"model": policies.models()[0]}
 
 
 def fingerprint_of(cfg: Config) -> str:
@@ -185,21 +203,32 @@ class Trainer:
         return ids.pop()
 
     def _find_resume_checkpoint(self) -> Path | None:
+        """The checkpoint to resume from, verified (markers, checksums, config) before any work.
+
+        The rule for a run directory: a fresh run (resume=false) refuses one that already holds a
+        run's files; resume=true continues from the newest complete checkpoint, or, when a run
+        was killed before its first checkpoint, starts again from step 0 (its log is discarded).
+        """
         if not self.cfg.resume:
-            if (self.run_dir / "checkpoints").exists() and latest_checkpoint(self.run_dir) is not None:
+            found = [n for n in RUN_ARTIFACTS if (self.run_dir / n).exists()]
+            if found:
                 raise ValueError(
-                    f"{self.run_dir} already holds checkpoints; pass resume=true to continue it or "
-                    "choose another output_dir"
+                    f"{self.run_dir} already holds a run ({', '.join(found)}); pass resume=true to "
+                    f"continue it (from its newest checkpoint, or from step 0 if it has none) or "
+                    f"choose another output_dir"
                 )
             return None
         ckpt = latest_checkpoint(self.run_dir)
         if ckpt is None:
-            raise ValueError(f"resume=true but {self.run_dir} has no complete checkpoint")
-        state = json.loads((ckpt / "trainer_state.json").read_text())
-        if state.get("config_fingerprint") != self.fingerprint:
+            return None
+        try:
+            meta = verify_checkpoint(ckpt)
+        except CheckpointError as e:
+            raise CheckpointError(corrupt_checkpoint_message(ckpt, e)) from None
+        if meta.get("config_fingerprint") != self.fingerprint:
             raise ValueError(
                 f"checkpoint {ckpt} was written by another config (fingerprint "
-                f"{state.get('config_fingerprint')} != {self.fingerprint}); only "
+                f"{meta.get('config_fingerprint')} != {self.fingerprint}); only "
                 f"{', '.join(RESUMABLE_FIELDS)} may change when resuming"
             )
         return ckpt
@@ -220,16 +249,10 @@ class Trainer:
             return PolicySet.shared(m, tok, name=self.policies.names[0])
         return PolicySet.separate(copies)
 
-    def _checkpointed_models(self) -> dict[str, torch.nn.Module]:
-        """Separate policies by name; a shared model or a LoRA base (all adapters) once."""
-        if self.policies.kind == "separate":
-            return {n: self.policies[n].model for n in self.policies.names}
-        return {"model": self.policies.models()[0]}
-
     def _state(self) -> TrainState:
         return TrainState(
             step=self.step,
-            policies=self._checkpointed_models(),
+            policies=checkpointed_models(self.policies),
             optimizers=self.optimizers,
             schedulers=self.schedulers,
             data_state={"next_step": self.step},
@@ -378,6 +401,9 @@ class Trainer:
     def train(self) -> TrainResult:
         cfg, t = self.cfg, self.cfg.train
         main = self.dist.is_main
+        if self._resume_from is not None:  # before anything is written: a bad checkpoint changes nothing
+            loaded = load_checkpoint(self._resume_from, self._state())
+            self.step = int(loaded.data_state["next_step"])
         if main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
@@ -387,18 +413,22 @@ class Trainer:
                                    wandb={"config": to_dict(cfg)} if cfg.checkpoint.wandb else None)
         result = TrainResult(self.run_dir, 0)
         if self._resume_from is not None:
-            loaded = load_checkpoint(self._resume_from, self._state())
-            self.step = int(loaded.data_state["next_step"])
             if self.dist.active:
                 # the checkpoint holds rank 0's RNG state; without this every rank would sample
                 # the same tokens (multi-process resumes are exact in weights, not in samples)
                 torch.manual_seed(cfg.seed + 1_000_003 * self.dist.rank + self.step)
-            logger.resume(self.step)
+            # lines of later steps, and the final evaluation logged after this checkpoint, are redone
+            logger.resume(self.step, logged_after_checkpoint=lambda row: "loss" not in row)
             print(f"resumed from {self._resume_from} at step {self.step}", flush=True)
-        elif cfg.eval.before:
-            result.before = self.evaluate("before")
-            if result.before:
-                logger.log(0, result.before.metrics("eval"))
+        else:
+            if cfg.resume:  # killed before its first checkpoint: nothing to continue, start over
+                logger.resume(-1)
+                print(f"resume=true: {self.run_dir} has no complete checkpoint; starting from step 0 "
+                      "(the log of the interrupted run is discarded)", flush=True)
+            if cfg.eval.before:
+                result.before = self.evaluate("before")
+                if result.before:
+                    logger.log(0, result.before.metrics("eval"))
         try:
             while self.step < t.steps:
                 timer = PhaseTimer()
@@ -463,7 +493,7 @@ class _NoLogger:
     """The metrics log of ranks other than 0."""
 
     def log(self, step: int, metrics: dict[str, float]) -> None: ...
-    def resume(self, step: int) -> int: return 0
+    def resume(self, step: int, **kwargs: Any) -> int: return 0
     def close(self) -> None: ...
 
 

@@ -7,6 +7,12 @@
 
 A factory is any callable taking the workflow's params as keyword arguments (the built-ins are
 dataclasses). Unknown names and params raise ValueError naming them and the known ones.
+
+Security: a config that names a workflow by import path runs code. Importing the module (or
+executing the file) runs its top-level code, exactly as Hydra's `_target_` does; then only a
+class that implements the workflow protocol (class attributes `name` and `description`, an
+`agents` attribute or property, a `run` method) is accepted, checked before anything is
+called: `os:system`, a function or any other object is refused with an error.
 """
 
 from __future__ import annotations
@@ -82,7 +88,30 @@ def _import_factory(ref: str) -> Factory:
         raise ValueError(f"workflow {ref!r}: cannot import {module_ref!r}: {e}") from e
     if not hasattr(module, attr):
         raise ValueError(f"workflow {ref!r}: {module_ref!r} has no attribute {attr!r}")
-    return getattr(module, attr)
+    target = getattr(module, attr)
+    problem = _not_a_workflow_class(target)
+    if problem:
+        raise ValueError(
+            f"workflow {ref!r}: {attr!r} {problem}; a config may only name a class that implements "
+            f"the workflow protocol (class attributes name and description, agents, a run(task, ctx) "
+            f"method), and it is not called otherwise (docs/workflows.md)"
+        )
+    return target
+
+
+def _not_a_workflow_class(obj: Any) -> str | None:
+    """Why `obj` is not a workflow class (None if it is one); looks at the class only, calls nothing."""
+    if not inspect.isclass(obj):
+        return f"is a {type(obj).__name__}, not a class"
+    for attr in ("name", "description"):
+        value = inspect.getattr_static(obj, attr, None)
+        if not isinstance(value, str) or not value:
+            return f"has no class attribute {attr!r} (a non-empty string)"
+    if inspect.getattr_static(obj, "agents", None) is None:
+        return "has no 'agents' attribute or property"
+    if not inspect.isfunction(inspect.getattr_static(obj, "run", None)):
+        return "has no run(task, ctx) method"
+    return None
 
 
 def build_workflow(name: str, params: Mapping[str, Any] | None = None) -> Workflow:
