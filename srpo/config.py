@@ -10,12 +10,19 @@ Rules (the loader is generic, so later sections only add dataclasses):
   * overrides are applied after the YAML, on the complete config: `a.b.c=value`, the value
     parsed as YAML (`0.7`, `true`, `[a, b]`, `null`) except for string fields, which take the
     text verbatim; a new key of a mapping field creates an entry (`agents.critic.policy=shared`);
-  * the config is validated once, at construction, and never mutated while running.
+  * a float field also takes a number written as text (`1e-5`, which YAML 1.1 reads as a
+    string); names that become file names (policy names) must be plain file names;
+  * the config is validated once, at construction, and never mutated while running;
+    load_config also checks what the config needs of this machine (check_environment: a CUDA
+    device, a writable output_dir).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -79,6 +86,12 @@ class PoliciesConfig:
 
     def __post_init__(self) -> None:
         _one_of("policies.kind", self.kind, ("shared", "separate", "lora"))
+        # policy names become file and folder names (checkpoints/.../policy-<name>.safetensors,
+        # export/<name>): refuse a bad one now, not at the first checkpoint
+        for i, name in enumerate(self.names):
+            check_file_name(f"policies.names[{i}]", name)
+        for name in self.models:
+            check_file_name("policies.models (a key)", name)
         if not self.names or len(set(self.names)) != len(self.names):
             raise ConfigError(f"policies.names must be distinct and non-empty, got {self.names}")
         if self.kind == "shared" and len(self.names) != 1:
@@ -267,6 +280,8 @@ class TrainConfig:
         for key in ("weight_decay", "grad_clip", "kl_beta", "entropy_alpha", "warmup_steps"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"train.{key} must be >= 0, got {getattr(self, key)}")
+        if self.threads is not None and self.threads < 1:  # torch would fail much later
+            raise ConfigError(f"train.threads must be >= 1 (or null: torch's default), got {self.threads}")
 
 
 @dataclass
@@ -344,7 +359,7 @@ class Config:
     task: TaskConfig = field(default_factory=TaskConfig)  # tasks and reward
     sampling: SamplingConfig = field(default_factory=SamplingConfig)  # default sampling
     rollout: RolloutConfig = field(default_factory=RolloutConfig)  # generation engine
-    group_size: int = 4  # G: rollouts per task (one advantage group)
+    group_size: int = 4  # G: rollouts per task (one advantage group; >= 2 to train)
     seed: int = 0  # seeds sampling (torch) and workflow randomness
     device: str = "cpu"  # torch device of the models
     train: TrainConfig = field(default_factory=TrainConfig)  # optimization (srpo train)
@@ -391,6 +406,62 @@ def _one_of(key: str, value: Any, allowed: Sequence[Any]) -> None:
 def _positive(key: str, value: int, *, zero_ok: bool = False) -> None:
     if value < 0 or (value == 0 and not zero_ok):
         raise ConfigError(f"{key} must be {'>= 0' if zero_ok else '> 0'}, got {value}")
+
+
+# One safe file-name component: no separator, no "..", no leading dot or dash (hidden files,
+# command-line flags); the longest name leaves room for prefixes and suffixes within 255 bytes.
+_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def check_file_name(key: str, value: Any) -> None:
+    """A config name that becomes a file or folder name under the run directory is one safe
+    path component: it can neither leave the run directory nor fail when the file is written."""
+    if not (isinstance(value, str) and _FILE_NAME.fullmatch(value) and ".." not in value):
+        raise ConfigError(
+            f"{key} must be a plain file name (letters, digits, '.', '_', '-', starting with a "
+            f"letter or digit, at most 128 characters, no '/', '\\' or '..'): it names files "
+            f"of the run, got {value!r}"
+        )
+
+
+def check_environment(cfg: Config) -> None:
+    """What a config needs of this machine: its device and a writable output_dir.
+
+    Called by load_config (and by the trainer's preflight, for configs built in code); not by
+    Config itself, so a config written for another machine can still be built and inspected.
+    """
+    _check_device(cfg.device)
+    _check_output_dir(cfg.output_dir)
+
+
+def _check_device(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"device {device!r}: CUDA is not available on this machine "
+            f"(torch.cuda.is_available() is False); use device=cpu"
+        )
+
+
+def _check_output_dir(output_dir: str) -> None:
+    path = Path(output_dir)
+    if "{time}" in output_dir:
+        # the run fills in "{time}" when it starts: check the folder above the templated part
+        parts = path.parts
+        first = next(i for i, part in enumerate(parts) if "{time}" in part)
+        path = Path(*parts[:first]) if first else Path(".")
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "exists as a file" if existing == path else f"is under the file {str(existing)!r}"
+        raise ConfigError(f"output_dir {output_dir!r} {where}: it must be a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"output_dir {output_dir!r}: {str(existing)!r} is not writable, so the run could "
+            f"not write its files there"
+        )
 
 
 def _sampling_params(values: Mapping[str, Any], key: str) -> Any:
@@ -461,6 +532,8 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
             raise ConfigError(f"{key} must be an integer, got {type(value).__name__} {value!r}")
         return value
     if tp is float:
+        if isinstance(value, str):
+            return _float_text(value, key)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{key} must be a number, got {type(value).__name__} {value!r}")
         return float(value)
@@ -469,6 +542,18 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
             raise ConfigError(f"{key} must be a string, got {type(value).__name__} {value!r}")
         return value
     raise ConfigError(f"{key}: unsupported config type {_type_name(tp)}")  # a bug in a section
+
+
+def _float_text(value: str, key: str) -> float:
+    """A number written as text, e.g. `1e-5`: YAML 1.1 reads an exponent without a dot as a
+    string, in files and in `key=value` overrides alike. Only finite numbers are taken."""
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
+        raise ConfigError(f"{key} must be a number, got str {value!r}")
+    return number
 
 
 def from_dict(cls: type, data: Mapping[str, Any], *, prefix: str = "") -> Any:
@@ -564,8 +649,12 @@ def set_dotted(data: dict[str, Any], path: Sequence[str], value: Any, *, where: 
 
 
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = (),
-                cls: type = Config) -> Any:
-    """Config from a YAML file (None = all defaults) plus `key=value` overrides."""
+                cls: type = Config, *, check_machine: bool = True) -> Any:
+    """Config from a YAML file (None = all defaults) plus `key=value` overrides.
+
+    check_machine: also check_environment (CUDA for a cuda device, a writable output_dir);
+    False for a caller that uses neither (e.g. one that only builds workflows and rewards).
+    """
     data: Any = {}
     if path is not None:
         path = Path(path)
@@ -577,8 +666,10 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = (),
             raise ConfigError(f"config file {str(path)!r} is not valid YAML: {e}") from e
         if not isinstance(data, dict):
             raise ConfigError(f"config file {str(path)!r} must hold a mapping at top level")
-    base = from_dict(cls, data)
-    if not overrides:
-        return base
-    # Overrides edit the complete config (defaults included), then everything is re-validated.
-    return from_dict(cls, apply_overrides(to_dict(base), overrides, cls))
+    cfg = from_dict(cls, data)
+    if overrides:
+        # Overrides edit the complete config (defaults included), then everything is re-validated.
+        cfg = from_dict(cls, apply_overrides(to_dict(cfg), overrides, cls))
+    if check_machine and isinstance(cfg, Config):
+        check_environment(cfg)
+    return cfg

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from srpo.cli import main
 from srpo.config import load_config
@@ -112,6 +113,14 @@ def documented(config: str, *must_have: str) -> list[str]:
 # --------------------------------------------------------------------------- presets load
 
 
+@pytest.fixture
+def cuda_visible(monkeypatch):
+    """load_config refuses device cuda where CUDA is not available: the presets' own device is
+    checked as on the GPU machine they are for (runs here override device=cpu instead)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+
+@pytest.mark.usefixtures("cuda_visible")
 @pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.name)
 def test_gpu_preset_loads_and_is_a_multi_agent_srpo_cuda_run(path):
     cfg = load_config(path)
@@ -123,6 +132,7 @@ def test_gpu_preset_loads_and_is_a_multi_agent_srpo_cuda_run(path):
     assert cfg.policies.kind == "lora" and set(cfg.policies.names) == {cfg.agents[a].policy for a in wf.agents}
 
 
+@pytest.mark.usefixtures("cuda_visible")
 def test_every_documented_command_loads_as_written():
     commands = _commands()
     assert len(commands) >= 10
@@ -132,6 +142,7 @@ def test_every_documented_command_loads_as_written():
         assert cfg.device == "cuda", argv
 
 
+@pytest.mark.usefixtures("cuda_visible")
 def test_the_per_scale_table_matches_the_commands():
     rows = [line for line in DOC.read_text().splitlines() if re.match(r"\| (0\.5|1\.5|3|7)B", line)]
     assert len(rows) == 4
@@ -149,6 +160,7 @@ def test_the_per_scale_table_matches_the_commands():
         assert cfg.model.name == shipped.model.name == "/path/to/Qwen2.5-3B-Instruct"
 
 
+@pytest.mark.usefixtures("cuda_visible")
 @pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.name)
 def test_the_placeholder_model_fails_before_work_with_the_documented_message(path, tmp_path, capsys):
     code = main(["train", str(path), f"output_dir={tmp_path / 'run'}"])
@@ -349,6 +361,7 @@ def test_gpu_smoke_script_runs_the_gpu_presets():
     assert "model.dtype=bfloat16" in text and "max_memory_allocated" in text
 
 
+@pytest.mark.usefixtures("cuda_visible")
 def test_gpu_smoke_script_configs_load(tmp_path):
     """The override lists of the script's phases, evaluated as the script does, load."""
     text = SCRIPT.read_text()

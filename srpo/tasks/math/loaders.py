@@ -7,19 +7,57 @@ or Parquet (.parquet). Errors name the file, the line (JSONL) or record (Parquet
 GSM8K record:   {"question": str, "answer": "<worked solution> #### <final>"}
 MATH-500 record: {"problem": str, "answer": str, "solution"?, "subject"?, "level"?,
                   "unique_id"?}
+The question and answer fields must be strings: a number or a list there is a broken record,
+refused (file, line or record, field) rather than turned into text.
+
+A file has no train/held-out split of its own: a run holds out its first task.heldout_size
+records and trains on the ones after them. `check_heldout_overlap` refuses a question that is
+in both parts (`srpo train` runs it before any work): a held-out score on a question the policy
+was trained on is not a held-out score. The error names how many and one example; the fix is to
+remove the repeats from the file.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
+from srpo.tasks.math.reasoning_gym_tasks import normalize_question
 from srpo.tasks.records_io import Record, read_records
 from srpo.tasks.records_io import load_tasks as _load
 from srpo.tasks.records_io import record_source as _source
 from srpo.tasks.records_io import require_field as _require
 from srpo.types import Task
 
-__all__ = ["Record", "gsm8k_final_answer", "load_gsm8k", "load_math500", "read_records"]
+__all__ = ["Record", "check_heldout_overlap", "gsm8k_final_answer", "load_gsm8k", "load_math500",
+           "read_records"]
+
+
+def _text(record: Record, where: str, field: str) -> str:
+    """A required string field: str() of a number or a list would hide a broken record."""
+    value = _require(record, where, field)
+    if not isinstance(value, str):
+        raise ValueError(f"{where}: field {field!r} must be a string, got "
+                         f"{type(value).__name__} ({value!r:.60})")
+    return value
+
+
+def check_heldout_overlap(heldout: Sequence[Task], train: Sequence[Task], *, source: str) -> None:
+    """Raise ValueError when a held-out question is also a train question.
+
+    Questions compare as normalize_question does (case and whitespace ignored); the message
+    names `source`, how many held-out questions recur and the records of one of them.
+    """
+    held = {normalize_question(t.prompt): t for t in heldout}
+    both = [(held[key], t) for t in train if (key := normalize_question(t.prompt)) in held]
+    if both:
+        h, t = both[0]
+        raise ValueError(
+            f"{source}: {len(both)} train task(s) repeat a held-out question (the held-out part "
+            f"is the first task.heldout_size records), e.g. {t.metadata.get('record', t.task_id)} "
+            f"repeats {h.metadata.get('record', h.task_id)}: {h.prompt!r:.80}; remove the "
+            f"repeats so that the held-out score measures unseen questions"
+        )
 
 
 def gsm8k_final_answer(solution: str) -> str | None:
@@ -48,8 +86,8 @@ def load_gsm8k(
     records = _source(path, hub_id, hub_config, split)
 
     def to_task(index: int, where: str, record: Record) -> Task:
-        question = str(_require(record, where, "question"))
-        solution = str(_require(record, where, "answer"))
+        question = _text(record, where, "question")
+        solution = _text(record, where, "answer")
         final = gsm8k_final_answer(solution)
         if final is None:
             raise ValueError(f"{where}: field 'answer' has no final answer after '####'")
@@ -82,8 +120,8 @@ def load_math500(
     records = _source(path, hub_id, hub_config, split)
 
     def to_task(index: int, where: str, record: Record) -> Task:
-        problem = str(_require(record, where, "problem"))
-        answer = str(_require(record, where, "answer")).strip()
+        problem = _text(record, where, "problem")
+        answer = _text(record, where, "answer").strip()
         unique_id = record.get("unique_id")
         task_id = f"{id_prefix}/{unique_id}" if unique_id else f"{id_prefix}/{split}/{index}"
         metadata = {k: record[k] for k in ("solution", "subject", "level", "unique_id")

@@ -5,7 +5,9 @@ On disk a corpus is JSON Lines, one document a line:
     {"id": "doc-1", "title": "Photosynthesis", "text": "Photosynthesis is ..."}
 
 "id" and "text" are required strings, "title" an optional string (default ""); other keys are
-ignored. Document order matters: retrievers address documents by position, and the corpus hash
+ignored. A document whose text is empty or only whitespace is refused (the error names how many
+and the first one's id): retrievers would index nothing of it but its title, and a search
+result with no text gives the searcher nothing to read. Document order matters: retrievers address documents by position, and the corpus hash
 (what indexes and embedding caches are keyed by) covers ids, titles, texts and their order.
 
 `wikipedia_summaries()` reads the 10,033 English Wikipedia lead summaries that the
@@ -108,7 +110,18 @@ def read_corpus_jsonl(path: str | Path) -> list[Document]:
         docs.append(Document(doc_id=doc_id, title=record.get("title", ""), text=record["text"]))
     if not docs:
         raise ValueError(f"{path}: empty corpus (no documents)")
+    _refuse_empty_texts(docs, first_at)
     return docs
+
+
+def _refuse_empty_texts(docs: Sequence[Document], where: dict[str, str]) -> None:
+    """All of a file's empty documents are counted before raising, so one fix clears them."""
+    empty = [doc.doc_id for doc in docs if not doc.text.strip()]
+    if empty:
+        raise ValueError(
+            f"{where[empty[0]]}: document {empty[0]!r} has an empty text; {len(empty)} of "
+            f"{len(docs)} documents have no text: remove them or give them their text"
+        )
 
 
 def write_corpus_jsonl(documents: Iterable[Document], path: str | Path) -> Path:
