@@ -45,15 +45,22 @@ def build_model(cfg: ModelConfig, device: str = "cpu") -> tuple[Any, Any]:
 
         from srpo.models.tokenizers import set_pad_token_of_folder
 
-        if not Path(cfg.name).is_dir():
-            raise ValueError(
-                f"model.name {cfg.name!r} is neither 'tiny', 'smollm2' nor an existing model folder "
-                f"(a local Hugging Face folder: config.json, weights, tokenizer; nothing is downloaded)"
-            )
+        check_model_source(cfg)
         # the tokenizer first: a bad one fails before the weights are read
         tok = set_pad_token_of_folder(AutoTokenizer.from_pretrained(cfg.name, local_files_only=True))
         model = AutoModelForCausalLM.from_pretrained(cfg.name, dtype=dtype, local_files_only=True)
     return model.to(device), tok
+
+
+def check_model_source(cfg: ModelConfig) -> None:
+    """A model name is "tiny", "smollm2" or an existing local folder (nothing is downloaded)."""
+    from pathlib import Path
+
+    if cfg.name not in ("tiny", "smollm2") and not Path(cfg.name).is_dir():
+        raise ValueError(
+            f"model.name {cfg.name!r} is neither 'tiny', 'smollm2' nor an existing model folder "
+            f"(a local Hugging Face folder: config.json, weights, tokenizer; nothing is downloaded)"
+        )
 
 
 def build_policies(model_cfg: ModelConfig, cfg: PoliciesConfig, device: str = "cpu") -> PolicySet:

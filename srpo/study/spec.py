@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from srpo.config import Config, ConfigError, from_dict, set_dotted, to_dict
+from srpo.config import Config, ConfigError, check_file_name, from_dict, set_dotted, to_dict
 
 # Budget-defining keys: a method that changed them would not get the same rollouts and tokens.
 BUDGET_KEYS = ("sampling", "group_size", "train.steps", "train.tasks_per_step", "task", "workflow",
@@ -130,6 +130,7 @@ def _variants(raw: Any, where: str, *, allow_config: bool) -> tuple[Variant, ...
         if unknown:
             raise ConfigError(f"{where}.{name}: unknown key(s) {sorted(unknown)} (allowed: {sorted(allowed)})")
         values = _mapping(body.get("set"), f"{where}.{name}.set")
+        check_file_name(f"{where}.{name}", str(name))  # it names a folder of the study's cells
         out.append(Variant(str(name), values, body.get("config")))
     return tuple(out)
 

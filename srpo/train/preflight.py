@@ -6,6 +6,7 @@ rollouts (which load the same Config) but that make training fail late or learn 
   * the machine: a CUDA device is available, output_dir is writable (config.check_environment;
     load_config checks them too, this covers configs built in code);
   * group_size >= 2 for a method whose advantages are relative within a task's group;
+  * every model named is "tiny", "smollm2" or an existing local folder;
   * a local GSM8K / MATH-500 file: no held-out question recurs in the training part.
 """
 
@@ -16,8 +17,12 @@ from srpo.config import Config, ConfigError, check_environment
 
 def preflight(cfg: Config) -> None:
     """Every check of a training run that needs no model; raises on the first problem."""
+    from srpo.rollout.build import check_model_source
+
     check_environment(cfg)
     check_group_size(cfg)
+    for model in (cfg.model, *cfg.policies.models.values()):  # before any data file is read
+        check_model_source(model)
     check_math_file_split(cfg)
 
 

@@ -71,6 +71,7 @@ from srpo.train.evaluate import EvalResult, evaluate, write_eval_json
 from srpo.train.forward import batch_logprobs, check_training_sampling
 from srpo.train.metrics_log import MetricsLogger
 from srpo.train.optim import build_optimizers, policy_parameters
+from srpo.train.preflight import preflight
 from srpo.train.run_identity import RESUMABLE_FIELDS, resume_fingerprint
 from srpo.types import Episode, Task
 
@@ -144,6 +145,7 @@ def mean_over_steps(steps: list[dict[str, float]]) -> dict[str, float]:
 
 class Trainer:
     def __init__(self, cfg: Config, *, policies: PolicySet | None = None):
+        preflight(cfg)  # settings that would fail late or learn nothing, before any work
         t = cfg.train
         self.spec: MethodSpec = get_method(t.method, **t.method_settings)
         self.dist = init_distributed(cfg.device)

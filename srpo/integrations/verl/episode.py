@@ -52,7 +52,8 @@ def setup_from_config(path: str | None, overrides: Sequence[str] = ()) -> Episod
     from srpo.config import load_config
     from srpo.rollout.build import build_agents, build_reward, build_search_env, build_workflow_from
 
-    cfg = load_config(path, list(overrides))
+    # verl's own config owns the device and the output directory: no machine checks here
+    cfg = load_config(path, list(overrides), check_machine=False)
     wf = build_workflow_from(cfg)
     if hasattr(wf, "with_search_env"):
         wf = wf.with_search_env(build_search_env(cfg.task))
