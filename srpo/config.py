@@ -261,6 +261,10 @@ class TrainConfig:
     kl_beta: float = 0.0  # beta of the k3 KL penalty to the initial policy (0 = no reference model)
     entropy_alpha: float = 0.0  # alpha of the entropy bonus
     logprob_chunk_size: int = 1024  # tokens per lm_head chunk in log-prob computation
+    # leave sets whose advantage is exactly 0 out of the old-log-prob pass and the update's
+    # forward and backward (their loss and gradient are exactly 0; normalizations stay those of
+    # the full step). Only when kl_beta and entropy_alpha are 0; false = compute them anyway
+    skip_zero_advantage: bool = True
     threads: int | None = None  # torch CPU threads (None = torch's default)
 
     def __post_init__(self) -> None:

@@ -301,6 +301,24 @@ def step_counts(batch: FlatBatch) -> dict[str, Any]:
     }
 
 
+def informative_sets(batch: FlatBatch) -> Tensor:
+    """[S] bool: sets whose own advantage (set-level units), or some member's (member-level
+    units), is non-zero.
+
+    Every objective here is a weighted sum of min(r A, clip(r) A): a unit with A = 0 contributes
+    exactly 0 to the loss and to every gradient, whatever r is. So with no KL and no entropy term
+    the other sets can be left out of the forward and backward passes without changing the loss
+    or the gradient, as long as the weights (N_sets, members, tokens) are the full step's.
+    """
+    if batch.set_advantages is not None:
+        return batch.set_advantages != 0
+    if batch.member_advantages is None:
+        raise ValueError("informative_sets needs a batch filled by prepare_step")
+    nonzero = (batch.member_advantages != 0).to(torch.float32)
+    per_set = torch.zeros(batch.num_sets, device=batch.device).index_add(0, batch.set_index, nonzero)
+    return per_set > 0
+
+
 def prepare_step(
     spec: MethodSpec, batch: FlatBatch, old_logprobs: Tensor | None
 ) -> tuple[FlatBatch, dict[str, float]]:

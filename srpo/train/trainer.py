@@ -42,6 +42,7 @@ from srpo.objective.diagnostics import kl_k3, masked_token_mean
 from srpo.objective.methods import (
     MethodSpec,
     get_method,
+    informative_sets,
     method_policy_loss,
     prepare_step,
     step_counts,
@@ -303,25 +304,40 @@ class Trainer:
             metrics["mismatch/abs_diff"] = masked_token_mean((sampled - trained).abs(), mask)
         return metrics
 
-    def old_and_ref_logprobs(self, batch: FlatBatch) -> tuple[torch.Tensor | None, torch.Tensor | None, dict[str, float]]:
+    def old_and_ref_logprobs(
+        self, batch: FlatBatch, sets: list[int] | None = None
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, dict[str, float]]:
         """log pi_old (recomputed by the training forward; None when on-policy), log pi_ref when
-        beta > 0, and the forward diagnostics."""
+        beta > 0, and the forward diagnostics. sets: compute only these sets' rows (the update
+        skips the others); their rows of the returned [M, T] tensors hold zeros."""
         need_old, need_ref = not self.on_policy, self.cfg.train.kl_beta > 0
         if not (need_old or need_ref):
             return None, None, {}
+        ids_of = list(range(batch.num_sets)) if sets is None else list(sets)
         olds, refs, parts = [], [], []
         with torch.no_grad():
-            for ids in pack_sets(batch, self.cfg.train.micro_batch_tokens):
-                micro = batch.select_sets(ids)
-                if need_old:
-                    out = self._logprobs(self.policies, micro, with_entropy=True)
-                    olds.append((ids, out.logprobs))
-                    parts.append(self._forward_diagnostics(micro, out))
-                if need_ref:
-                    refs.append((ids, self._reference_logprobs(micro)))
-        old = _scatter_rows(batch, olds) if olds else None
-        ref = _scatter_rows(batch, refs) if refs else None
+            if ids_of:
+                work = batch.select_sets(ids_of)
+                for local in pack_sets(work, self.cfg.train.micro_batch_tokens):
+                    ids = [ids_of[i] for i in local]
+                    micro = batch.select_sets(ids)
+                    if need_old:
+                        out = self._logprobs(self.policies, micro, with_entropy=True)
+                        olds.append((ids, out.logprobs))
+                        parts.append(self._forward_diagnostics(micro, out))
+                    if need_ref:
+                        refs.append((ids, self._reference_logprobs(micro)))
+        old = _scatter_rows(batch, olds) if need_old else None
+        ref = _scatter_rows(batch, refs) if need_ref else None
         return old, ref, combine_micro_batches(parts)
+
+    def _skipped_sets(self, batch: FlatBatch) -> torch.Tensor:
+        """[S] bool: the sets the update leaves out (advantage exactly 0; none when a KL or
+        entropy term is on, since those reach every token)."""
+        t = self.cfg.train
+        if not t.skip_zero_advantage or t.kl_beta > 0 or t.entropy_alpha > 0:
+            return torch.zeros(batch.num_sets, dtype=torch.bool, device=batch.device)
+        return ~informative_sets(batch)
 
     def _reference_logprobs(self, micro: FlatBatch) -> torch.Tensor:
         if self.reference is not None:
@@ -340,17 +356,21 @@ class Trainer:
             model.train()
         steps: list[dict[str, float]] = []  # metrics of each optimizer step
         grad_norms: dict[str, list[float]] = {n: [] for n in self.params}
+        skipped = self._skipped_sets(batch).tolist()  # [S] left out: their loss and gradient are 0
         for _ in range(t.epochs):
             for set_ids in split_sets(batch, t.minibatches):
                 step = batch.select_sets(set_ids)
-                # N_sets and every other count are those of this optimizer step (all ranks)
+                # N_sets and every other count are those of this optimizer step (all ranks),
+                # skipped sets included: the weights of the sets that are computed do not change
                 totals = sum_counts(self.dist, step_counts(step)) if self.dist.active else None
                 step = with_step_weights(self.spec, step, totals=totals)
                 for opt in self.optimizers.values():
                     opt.zero_grad(set_to_none=True)
-                parts: list[dict[str, float]] = []
-                for micro_ids in pack_sets(step, t.micro_batch_tokens):
-                    micro = step.select_sets(micro_ids)
+                work_ids = [i for i, s in enumerate(set_ids) if not skipped[s]]
+                parts: list[dict[str, float]] = [] if work_ids else [{"loss": 0.0, "policy/loss": 0.0}]
+                work = step.select_sets(work_ids) if work_ids else None
+                for micro_ids in pack_sets(work, t.micro_batch_tokens) if work is not None else []:
+                    micro = work.select_sets(micro_ids)
                     out = self._logprobs(self.policies, micro, with_entropy=on_policy or t.entropy_alpha > 0)
                     if on_policy:  # pi_old is the policy itself: its detached forward is log pi_old
                         micro = dataclasses.replace(micro, old_logprobs=out.logprobs.detach())
@@ -364,6 +384,7 @@ class Trainer:
                     loss.backward()
                     parts.append(m)
                 steps.append(combine_micro_batches(parts))
+                self._zero_skipped_gradients(step)
                 for name, params in self.params.items():
                     if self.dist.active:
                         all_reduce_gradients(self.dist, params)
@@ -373,10 +394,23 @@ class Trainer:
                     self.schedulers[name].step()
         metrics = mean_over_steps(steps)
         metrics["update/optimizer_steps"] = float(len(steps))
+        lengths = batch.response_lengths.double()  # [M]
+        member_skipped = torch.tensor(skipped, device=batch.device)[batch.set_index]  # [M]
+        metrics["update/skipped_set_share"] = sum(skipped) / max(len(skipped), 1)
+        metrics["update/skipped_token_share"] = float(lengths[member_skipped].sum() / lengths.sum())
         for name, norms in grad_norms.items():
             metrics[f"grad_norm/{name}"] = sum(norms) / len(norms)
             metrics[f"lr/{name}"] = self.schedulers[name].get_last_lr()[0]
         return metrics
+
+    def _zero_skipped_gradients(self, step: FlatBatch) -> None:
+        """A policy whose members in this optimizer step were all skipped has no gradient; without
+        skipping its gradient would be exactly 0. Give it that zero, so the optimizer (AdamW's
+        moments, weight decay) steps exactly as it would have."""
+        for name in set(step.member_policy):
+            for p in self.params[name]:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
 
     def evaluate(self, label: str) -> EvalResult | None:
         """Held-out accuracy, on rank 0 (the others wait)."""
@@ -438,11 +472,13 @@ class Trainer:
                     episodes = self.rollout(self.step)
                 with timer("sets"):
                     batch = build_flat_batch(episodes, self.pad_id).to(self.cfg.device)
-                with timer("old_logprobs"):
-                    old, ref, diag = self.old_and_ref_logprobs(batch)
                 with timer("advantages"):
-                    batch, step_metrics = prepare_step(self.spec, batch, old)
-                    batch = dataclasses.replace(batch, ref_logprobs=ref)
+                    batch, step_metrics = prepare_step(self.spec, batch, None)
+                with timer("old_logprobs"):  # only for the sets the update computes
+                    skipped = self._skipped_sets(batch).tolist()
+                    old, ref, diag = self.old_and_ref_logprobs(
+                        batch, [s for s in range(batch.num_sets) if not skipped[s]])
+                    batch = dataclasses.replace(batch, old_logprobs=old, ref_logprobs=ref)
                 with timer("update"):
                     upd = self.update(batch)
                 self.step += 1
@@ -520,7 +556,7 @@ def check_minibatches(minibatches: int, tasks_per_step: int, group_size: int, wo
 def _scatter_rows(batch: FlatBatch, pieces: list[tuple[list[int], torch.Tensor]]) -> torch.Tensor:
     """Reassembles per-micro-batch [m, T'] tensors into the batch's [M, T] member order."""
     m, t = batch.response_mask.shape
-    out = torch.zeros(m, t, dtype=torch.float32, device=batch.device)
+    out = torch.zeros(m, t, dtype=torch.float32, device=batch.device)  # rows of no piece stay 0
     for ids, values in pieces:
         rows = torch.isin(batch.set_index, torch.tensor(ids, device=batch.device)).nonzero().flatten()
         out[rows, : values.shape[1]] = values
