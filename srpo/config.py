@@ -265,6 +265,11 @@ class TrainConfig:
     # forward and backward (their loss and gradient are exactly 0; normalizations stay those of
     # the full step). Only when kl_beta and entropy_alpha are 0; false = compute them anyway
     skip_zero_advantage: bool = True
+    # DAPO's dynamic sampling: roll out more tasks (fresh draws of tasks_per_step) until the step
+    # holds tasks_per_step tasks whose groups are informative (some advantage non-zero), at
+    # most dynamic_sampling_max_draws rollouts a step; what is dropped is logged and counted
+    dynamic_sampling: bool = False
+    dynamic_sampling_max_draws: int = 3
     threads: int | None = None  # torch CPU threads (None = torch's default)
 
     def __post_init__(self) -> None:
@@ -275,7 +280,7 @@ class TrainConfig:
         except ValueError as e:
             raise ConfigError(f"train.method / train.method_settings: {e}") from e
         for key in ("steps", "tasks_per_step", "epochs", "minibatches", "micro_batch_tokens",
-                    "logprob_chunk_size"):
+                    "logprob_chunk_size", "dynamic_sampling_max_draws"):
             _positive(f"train.{key}", getattr(self, key))
         if not self.lr > 0:
             raise ConfigError(f"train.lr must be > 0, got {self.lr}")

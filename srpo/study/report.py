@@ -142,8 +142,9 @@ def summarize(spec: StudySpec, runs: StudyRuns | None = None) -> dict[str, Any]:
     for m in methods:
         rows = [r for (s, mm, seed), r in results.items() if mm == m]
         if rows:
-            budget[m] = {k: sum(r[k] for r in rows) / len(rows)
-                         for k in ("steps", "episodes", "members", "tokens_generated", "train_seconds", "wall_seconds")}
+            budget[m] = {k: sum(r.get(k, 0.0) for r in rows) / len(rows)  # cells of older runs lack *_dropped
+                         for k in ("steps", "episodes", "members", "tokens_generated", "tokens_dropped",
+                                   "train_seconds", "wall_seconds")}
     return {"spec": spec.name, "reference": ref, "cells": cells, "macro": macro, "paired": paired,
             "budget": budget, "missing": ["/".join(map(str, _key(c))) for c in runs.missing]}
 
@@ -206,12 +207,14 @@ def markdown(spec: StudySpec, summary: dict[str, Any], metrics: dict[str, Any] |
                              f"{c['ref_only']} | {c['other_only']} | {c['p']:.3g} |")
     if summary["budget"]:
         lines += ["", "Budget per run (mean over runs): the same rollouts for every method; tokens differ "
-                  "only by what the policies chose to generate:", "",
-                  "| method | steps | episodes | members | tokens generated | train s | wall s |",
-                  "|---|---|---|---|---|---|---|"]
+                  "only by what the policies chose to generate (dynamic sampling generates more, and "
+                  "drops what it generated for uninformative tasks: counted in both columns):", "",
+                  "| method | steps | episodes | members | tokens generated | of which dropped | train s | wall s |",
+                  "|---|---|---|---|---|---|---|---|"]
         for m, b in summary["budget"].items():
             lines.append(f"| {m} | {b['steps']:.0f} | {b['episodes']:.0f} | {b['members']:.0f} | "
-                         f"{b['tokens_generated']:.0f} | {b['train_seconds']:.0f} | {b['wall_seconds']:.0f} |")
+                         f"{b['tokens_generated']:.0f} | {b['tokens_dropped']:.0f} | {b['train_seconds']:.0f} | "
+                         f"{b['wall_seconds']:.0f} |")
     if metrics:
         keys = list(spec.report_metrics)
         lines += ["", "Training metrics: mean over steps (max over steps), averaged over seeds:", "",

@@ -130,7 +130,10 @@ def _training_totals(rows: list[dict[str, float]]) -> dict[str, float]:
     steps = [r for r in rows if "rollout/episodes" in r]
     out = {"steps": float(len(steps))}
     for key, name in (("rollout/episodes", "episodes"), ("rollout/members/count", "members"),
-                      ("rollout/tokens/generated", "tokens_generated")):
+                      ("rollout/tokens/generated", "tokens_generated"),
+                      # dynamic sampling: generated, counted above, then dropped before the update
+                      ("rollout/dynamic/dropped_episodes", "episodes_dropped"),
+                      ("rollout/dynamic/dropped_tokens", "tokens_dropped")):
         out[name] = float(sum(r.get(key, 0.0) for r in steps))
     out["train_seconds"] = float(sum(sum(v for k, v in r.items() if k.startswith("time/")) for r in steps))
     return out

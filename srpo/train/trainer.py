@@ -158,6 +158,9 @@ class Trainer:
             if cfg.device.startswith("cuda"):
                 cfg = dataclasses.replace(cfg, device=f"cuda:{self.dist.local_rank}")
         check_minibatches(t.minibatches, t.tasks_per_step, cfg.group_size, self.dist.world)
+        if t.dynamic_sampling and self.dist.active:
+            raise ValueError("train.dynamic_sampling runs in one process only: ranks would keep different "
+                             "numbers of tasks (and minibatches); turn it off for data-parallel runs")
         # "{time}" in output_dir gives every run of a preset its own directory
         run_dir = cfg.output_dir.replace("{time}", time.strftime("%Y%m%d-%H%M%S"))
         if cfg.resume and "{time}" in cfg.output_dir:
@@ -277,12 +280,67 @@ class Trainer:
         # with several processes each owns whole tasks (groups and sets never cross ranks)
         return [pool[i] for i in picked[self.dist.rank :: self.dist.world]]
 
-    def rollout(self, step: int) -> list[Episode]:
-        self.runner.seed = self.cfg.seed * 1_000_003 + step  # fresh workflow draws every step
+    def rollout(self, step: int, tasks: list[Task] | None = None, draw: int = 0) -> list[Episode]:
+        """G episodes of each of the step's tasks (or of `tasks`, an extra draw of the step)."""
+        # fresh workflow draws every step (and every extra draw of a step)
+        self.runner.seed = self.cfg.seed * 1_000_003 + step + 7_919 * draw
         for model in self.policies.models():
             model.eval()
         with torch.no_grad():
-            return self.runner.run(self.tasks_for_step(step), self.workflow, group_size=self.cfg.group_size).episodes
+            tasks = self.tasks_for_step(step) if tasks is None else tasks
+            return self.runner.run(tasks, self.workflow, group_size=self.cfg.group_size).episodes
+
+    def rollout_step(self, step: int) -> tuple[list[Episode], list[Episode], dict[str, float]]:
+        """(episodes to train on, every episode generated, dynamic-sampling metrics).
+
+        Without dynamic sampling both are the step's rollout. With it (DAPO's dynamic sampling):
+        a task is kept only if its group is informative (some advantage of the method is
+        non-zero); more tasks are drawn (deterministically from the step and the draw, never one
+        already drawn this step) and rolled out until tasks_per_step are kept or
+        dynamic_sampling_max_draws rollouts were made. The rest is generated and dropped: it is
+        counted in the rollout metrics (rollout/episodes, rollout/tokens/generated) and in
+        rollout/dynamic/*. If no task of any draw is informative, the first draw is kept (its
+        update is a zero step).
+        """
+        t = self.cfg.train
+        first = self.rollout(step)
+        if not t.dynamic_sampling:
+            return first, first, {}
+        generated, kept, kept_tasks = list(first), [], []
+        drawn = {e.task.task_id for e in first}
+        pending, draws = first, 1
+        while True:
+            informative = self._informative_tasks(pending)
+            for task_id in dict.fromkeys(e.task.task_id for e in pending):
+                if task_id in informative and len(kept_tasks) < t.tasks_per_step:
+                    kept_tasks.append(task_id)
+                    kept += [e for e in pending if e.task.task_id == task_id]
+            if len(kept_tasks) >= t.tasks_per_step or draws >= t.dynamic_sampling_max_draws:
+                break
+            rng = random.Random(f"{self.cfg.seed}/dynamic/{step}/{draws}")
+            fresh = [task for task in self.train_tasks if task.task_id not in drawn]
+            extra = rng.sample(fresh, min(t.tasks_per_step, len(fresh)))
+            if not extra:
+                break
+            drawn.update(task.task_id for task in extra)
+            pending = self.rollout(step, extra, draw=draws)
+            generated += pending
+            draws += 1
+        kept = kept or first
+        kept_ids = {id(e) for e in kept}
+        dropped = [e for e in generated if id(e) not in kept_ids]
+        tokens = rollout_metrics(dropped).get("tokens/generated", 0.0) if dropped else 0.0
+        return kept, generated, {
+            "rollout/dynamic/draws": float(draws),
+            "rollout/dynamic/informative_tasks": float(len(kept_tasks)),
+            "rollout/dynamic/dropped_episodes": float(len(dropped)),
+            "rollout/dynamic/dropped_tokens": float(tokens),
+        }
+
+    def _informative_tasks(self, episodes: list[Episode]) -> set[str]:
+        """Tasks with a set (or member) of non-zero advantage under the method's own grouping."""
+        batch, _ = prepare_step(self.spec, build_flat_batch(episodes, self.pad_id), None)
+        return {batch.set_task[s] for s in informative_sets(batch).nonzero().flatten().tolist()}
 
     def _logprobs(self, policies: PolicySet, batch: FlatBatch, *, with_entropy: bool = False):
         return batch_logprobs(policies, batch, chunk_size=self.cfg.train.logprob_chunk_size, with_entropy=with_entropy)
@@ -469,7 +527,7 @@ class Trainer:
             while self.step < t.steps:
                 timer = PhaseTimer()
                 with timer("rollout"):
-                    episodes = self.rollout(self.step)
+                    episodes, generated, dynamic = self.rollout_step(self.step)
                 with timer("sets"):
                     batch = build_flat_batch(episodes, self.pad_id).to(self.cfg.device)
                 with timer("advantages"):
@@ -482,8 +540,9 @@ class Trainer:
                 with timer("update"):
                     upd = self.update(batch)
                 self.step += 1
-                metrics = {**step_metrics, **diag, **upd, **timer.metrics()}
-                metrics.update({f"rollout/{k}": v for k, v in rollout_metrics(episodes).items()})
+                metrics = {**step_metrics, **diag, **upd, **timer.metrics(), **dynamic}
+                # everything generated (dropped episodes of dynamic sampling too): the rollout budget
+                metrics.update({f"rollout/{k}": v for k, v in rollout_metrics(generated).items()})
                 tokens = metrics.get("rollout/tokens/generated", 0.0)
                 metrics["throughput/gen_tokens_per_s"] = tokens / max(timer.seconds["rollout"], 1e-9)
                 if cfg.eval.every and self.step % cfg.eval.every == 0 and self.step < t.steps:

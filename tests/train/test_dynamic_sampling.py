@@ -1,0 +1,75 @@
+"""DAPO's dynamic sampling as a setting: more tasks are rolled out until the step holds
+tasks_per_step informative groups (or the draw cap is hit); what was generated and dropped is
+logged and counted in the rollout budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from srpo.batch import build_flat_batch
+from srpo.config import load_config
+from srpo.objective import prepare_step
+from srpo.objective.methods import informative_sets
+from srpo.train.trainer import Trainer
+
+REPO = Path(__file__).resolve().parents[2]
+SMOKE = str(REPO / "configs" / "smoke.yaml")
+QUIET = ["checkpoint.plots=false", "checkpoint.export=false", "checkpoint.tensorboard=false", "eval.size=0"]
+# G = 2 on the random tiny model: about half of the tasks' groups are degenerate
+SHAPE = ["group_size=2", "train.tasks_per_step=4", "train.steps=1"]
+
+
+def _trainer(tmp_path: Path, *extra: str) -> Trainer:
+    return Trainer(load_config(SMOKE, [f"output_dir={tmp_path}", *QUIET, *SHAPE, *extra]))
+
+
+def _informative_task_count(trainer: Trainer, episodes) -> int:
+    batch, _ = prepare_step(trainer.spec, build_flat_batch(episodes, trainer.pad_id), None)
+    return len({batch.set_task[s] for s in informative_sets(batch).nonzero().flatten().tolist()})
+
+
+def test_dynamic_sampling_keeps_only_informative_tasks_and_counts_what_it_dropped(tmp_path):
+    plain = _trainer(tmp_path / "plain")
+    first = plain.rollout(0)
+    assert _informative_task_count(plain, first) < 4  # the step's own draw is not enough
+
+    trainer = _trainer(tmp_path / "dynamic", "train.dynamic_sampling=true", "train.dynamic_sampling_max_draws=4")
+    kept, generated, m = trainer.rollout_step(0)
+    kept_tasks = list(dict.fromkeys(e.task.task_id for e in kept))
+    assert len(kept_tasks) == m["rollout/dynamic/informative_tasks"] == 4
+    assert _informative_task_count(trainer, kept) == 4  # every kept group is informative
+    assert all(sum(e.task.task_id == t for e in kept) == 2 for t in kept_tasks)  # whole groups of G
+    assert 2 <= m["rollout/dynamic/draws"] <= 4
+    assert len(generated) == 8 * m["rollout/dynamic/draws"]  # 4 tasks x G 2 per draw
+    assert m["rollout/dynamic/dropped_episodes"] == len(generated) - len(kept)
+    kept_ids = {id(e) for e in kept}
+    dropped_tokens = sum(mm.num_trained_tokens for e in generated if id(e) not in kept_ids
+                         for s in e.transitions for mm in s.members)
+    assert m["rollout/dynamic/dropped_tokens"] == dropped_tokens > 0
+    tasks_drawn = [e.task.task_id for e in generated]
+    assert len(set(tasks_drawn)) == len(tasks_drawn) // 2  # no task drawn twice in a step
+
+
+def test_the_draw_cap_bounds_the_rollouts_and_the_run_logs_the_budget(tmp_path):
+    trainer = _trainer(tmp_path, "train.dynamic_sampling=true", "train.dynamic_sampling_max_draws=1")
+    kept, generated, m = trainer.rollout_step(0)
+    assert m["rollout/dynamic/draws"] == 1 and len(generated) == 8
+    assert m["rollout/dynamic/informative_tasks"] < 4  # the cap stopped it short
+    assert m["rollout/dynamic/dropped_episodes"] == 8 - len(kept)
+    # a whole run: the logged rollout budget counts every generated episode, the dropped ones too
+    run = _trainer(tmp_path / "run", "train.dynamic_sampling=true", "train.dynamic_sampling_max_draws=3")
+    (row,) = run.train().history
+    assert row["rollout/episodes"] == 8 * row["rollout/dynamic/draws"]
+    # the smoke workflow has 2 sets an episode (3 solvers, then the aggregator)
+    assert row["rollout/episodes"] - row["rollout/dynamic/dropped_episodes"] == row["sets/all/count"] / 2
+
+
+def test_dynamic_sampling_is_refused_for_data_parallel_runs(tmp_path, monkeypatch):
+    from srpo.train import trainer as trainer_module
+    from srpo.train.distributed import DistContext
+
+    monkeypatch.setattr(trainer_module, "init_distributed", lambda device: DistContext(0, 2, 0))
+    with pytest.raises(ValueError, match="train.dynamic_sampling runs in one process only"):
+        _trainer(tmp_path, "train.dynamic_sampling=true")
