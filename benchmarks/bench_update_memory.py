@@ -8,6 +8,7 @@ over the memory held before it, update seconds, micro-batches and the largest on
 
     .venv/bin/python benchmarks/bench_update_memory.py                 # sizes 512 1024 2048 4096
     .venv/bin/python benchmarks/bench_update_memory.py --sizes 1024 2048 --threads 2
+    .venv/bin/python benchmarks/bench_update_memory.py --checkpointing   # activation checkpointing on
 
 Run it alone: another job on the machine changes both memory and time.
 """
@@ -56,7 +57,7 @@ class PeakRSS:
         self.peak = max(self.peak, _rss_bytes())
 
 
-def child(size: int, threads: int) -> dict:
+def child(size: int, threads: int, checkpointing: bool) -> dict:
     import torch
 
     from srpo.batch import build_flat_batch, pack_sets
@@ -68,6 +69,7 @@ def child(size: int, threads: int) -> dict:
     cfg = load_config(REPO / "srpo" / "presets" / "default.yaml", [
         f"output_dir={scratch}/run", "eval.size=0", f"train.micro_batch_tokens={size}",
         "train.skip_zero_advantage=false", f"train.threads={threads}",
+        f"train.activation_checkpointing={str(checkpointing).lower()}",
     ])
     trainer = Trainer(cfg)
     batch = build_flat_batch(trainer.rollout(0), trainer.pad_id)
@@ -94,20 +96,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[512, 1024, 2048, 4096])
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--checkpointing", action="store_true", help="train.activation_checkpointing=true")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.threads)))
+        print(json.dumps(child(args.child, args.threads, args.checkpointing)))
         return
     rows = []
     for size in args.sizes:
-        out = subprocess.run([sys.executable, __file__, "--child", str(size), "--threads", str(args.threads)],
+        flag = ["--checkpointing"] if args.checkpointing else []
+        out = subprocess.run([sys.executable, __file__, "--child", str(size), "--threads", str(args.threads), *flag],
                              check=True, capture_output=True, text=True, cwd=REPO)
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(f"done {size}", file=sys.stderr, flush=True)
     gb = 1 << 30
     print(f"one update of the default job's step-0 batch ({rows[0]['members']} members), "
-          f"{args.threads} threads, attention {rows[0]['attn']}, torch {rows[0]['torch']}")
+          f"{args.threads} threads, attention {rows[0]['attn']}, torch {rows[0]['torch']}, "
+          f"activation checkpointing {'on' if args.checkpointing else 'off'}")
     print(f"{'micro_batch_tokens':>18} {'peak RSS GB':>12} {'growth GB':>10} {'update s':>9} "
           f"{'micro-batches':>13} {'largest rows x width':>21}")
     for r in rows:

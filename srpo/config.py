@@ -265,6 +265,10 @@ class TrainConfig:
     # forward and backward (their loss and gradient are exactly 0; normalizations stay those of
     # the full step). Only when kl_beta and entropy_alpha are 0; false = compute them anyway
     skip_zero_advantage: bool = True
+    # recompute each decoder layer's activations in the backward instead of keeping them
+    # (HF gradient checkpointing): less memory per micro-batch token, more compute
+    # (benchmarks/bench_update_memory.py measures both)
+    activation_checkpointing: bool = False
     # DAPO's dynamic sampling: roll out more tasks (fresh draws of tasks_per_step) until the step
     # holds tasks_per_step tasks whose groups are informative (some advantage non-zero), at
     # most dynamic_sampling_max_draws rollouts a step; what is dropped is logged and counted

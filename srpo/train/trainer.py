@@ -174,6 +174,11 @@ class Trainer:
         # Fail on a bad checkpoint before any model is built or any work is done.
         self._resume_from = self._find_resume_checkpoint()
         self.policies = policies or build_policies(cfg.model, cfg.policies, cfg.device)
+        if t.activation_checkpointing:
+            for model in self.policies.models():
+                # non-reentrant: works with frozen inputs (LoRA) without enable_input_require_grads;
+                # HF applies it in train mode only, so rollouts and no-grad passes are unaffected
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.runner, self.workflow = build_rollout(cfg, policies=self.policies)
         check_training_sampling({a: self.runner.agents[a].sampling for a in self.workflow.agents})
         self.pad_id = self._pad_token_id()

@@ -83,3 +83,12 @@ def test_nothing_is_skipped_with_a_kl_or_entropy_term(tmp_path):
         batch, _ = prepare_step(trainer.spec, build_flat_batch(trainer.rollout(0), trainer.pad_id), None)
         assert not bool(informative_sets(batch).all())  # there are zero-advantage sets...
         assert not bool(trainer._skipped_sets(batch).any())  # ...and none is skipped
+
+
+def test_activation_checkpointing_gives_the_same_gradients(tmp_path):
+    """train.activation_checkpointing recomputes activations in the backward: memory, not math."""
+    g_plain, m_plain, _ = _one_update(tmp_path / "plain", "srpo", None, True)
+    g_ckpt, m_ckpt, _ = _one_update(tmp_path / "ckpt", "srpo", None, True, "train.activation_checkpointing=true")
+    assert m_ckpt["loss"] == pytest.approx(m_plain["loss"], abs=1e-7)
+    for a, b in zip(g_ckpt, g_plain):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
