@@ -53,8 +53,13 @@ def test_skipping_zero_advantage_sets_changes_neither_the_loss_nor_the_update(tm
     assert m_skip["loss"] == pytest.approx(m_full["loss"], abs=1e-6)
     assert len(g_skip) == len(g_full) == 4
     assert max(float(g.abs().max()) for g in g_full) > 1e-4  # real gradients
-    for skip, full in zip(g_skip, g_full):  # 2 epochs x 2 minibatches, same sets in each
-        torch.testing.assert_close(skip, full, rtol=0, atol=1e-6)
+    # 2 epochs x 2 minibatches, the same sets in each. The first optimizer step sees the same
+    # weights in both runs: its gradient must agree to 1e-6. After it, AdamW turns float-level
+    # differences of near-zero gradient entries (summation order of other micro-batch shapes)
+    # into parameter differences of up to lr, so later gradients agree to a looser bound.
+    torch.testing.assert_close(g_skip[0], g_full[0], rtol=0, atol=1e-6)
+    for skip, full in zip(g_skip[1:], g_full[1:]):
+        torch.testing.assert_close(skip, full, rtol=0, atol=5e-5)
 
 
 def test_a_step_whose_groups_are_all_degenerate_computes_nothing_and_still_logs(tmp_path, monkeypatch):
