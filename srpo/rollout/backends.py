@@ -248,6 +248,7 @@ class HFGenerateBackend:
         *,
         max_batch_size: int | None = None,
         record_logprobs: bool = True,
+        sampler: str = "inverse_cdf",
     ):
         if max_batch_size is not None and max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1 or None, got {max_batch_size}")
@@ -257,6 +258,9 @@ class HFGenerateBackend:
         self.policies = policies
         self.max_batch_size = max_batch_size
         self.record_logprobs = record_logprobs
+        if sampler not in ("inverse_cdf", "multinomial"):
+            raise ValueError(f"sampler must be 'inverse_cdf' or 'multinomial', got {sampler!r}")
+        self.sampler = sampler
         self.stats = BackendStats()
 
     def generate(self, policy: str, requests: Sequence[GenerationRequest]) -> list[Generation]:
@@ -318,14 +322,17 @@ class HFGenerateBackend:
         recorder = _SampledLogprobRecorder() if self.record_logprobs else None
         if recorder is not None:
             processors.append(recorder)
-        if not sampling.greedy:  # draws the token; HF then decodes "greedily" on its choice
+        own_draw = not sampling.greedy and self.sampler == "inverse_cdf"
+        if own_draw:  # draws the token; HF then decodes "greedily" on its choice
             processors.append(_InverseCdfSampler())
         config = GenerationConfig(
             max_new_tokens=sampling.max_new_tokens,
-            # HF's own sampling and warpers are off: ours above apply temperature, top-k and
-            # top-p in HF's order, let the recorder see the final scores, then draw the token
-            do_sample=False,
+            # HF's own warpers are off (temperature 1, no top-k/top-p): ours above do the same
+            # thing in the same order and let the recorder see the final scores; the token is
+            # drawn by our sampler, or by HF's multinomial
+            do_sample=not sampling.greedy and not own_draw,
             num_beams=1,
+            **({"temperature": 1.0, "top_k": 0, "top_p": 1.0} if not sampling.greedy and not own_draw else {}),
             # what the trainer's log-probs assume: no penalty a model folder's generation_config
             # may carry (Qwen2.5's sets repetition_penalty 1.05)
             repetition_penalty=1.0,

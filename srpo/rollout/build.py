@@ -257,6 +257,7 @@ def build_rollout(cfg: Config, *, workflow: str | None = None,
         policies,
         max_batch_size=cfg.rollout.max_batch_size,
         record_logprobs=cfg.rollout.record_logprobs,
+        sampler=cfg.rollout.sampler,
     )
     runner = RolloutRunner(agents, backend, build_reward(cfg.task), seed=cfg.seed)
     return runner, wf

@@ -56,9 +56,10 @@ def _reference_logprobs(model, prompt, response, sampling):
         SamplingParams(temperature=0.0, max_new_tokens=10),  # greedy: raw logits (tau = 1)
     ],
 )
-def test_sampling_logprobs_are_those_sampled_from(tiny, sampling):
+@pytest.mark.parametrize("sampler", ["inverse_cdf", "multinomial"])
+def test_sampling_logprobs_are_those_sampled_from(tiny, sampling, sampler):
     model, tok = tiny
-    backend = HFGenerateBackend(PolicySet.shared(model, tok))
+    backend = HFGenerateBackend(PolicySet.shared(model, tok), sampler=sampler)
     reqs = _requests(tok, ["Hello there, agent.", "Hi", "What is 2 + 2?"], sampling)
     torch.manual_seed(0)
     gens = backend.generate("shared", reqs)
@@ -288,3 +289,8 @@ def test_the_inverse_cdf_sampler_draws_from_softmax_of_the_scores():
     # binomial std at p = 0.5 and n = 20,000 is 0.0035: 4 std
     torch.testing.assert_close(counts, probs.double(), rtol=0, atol=0.014)
     assert counts[4] == 0
+
+
+def test_an_unknown_sampler_is_refused(tiny):
+    with pytest.raises(ValueError, match="sampler must be 'inverse_cdf' or 'multinomial'"):
+        HFGenerateBackend(PolicySet.shared(*tiny), sampler="gumbel")
