@@ -39,8 +39,6 @@ def build_model(cfg: ModelConfig, device: str = "cpu") -> tuple[Any, Any]:
 
         model, tok = load_smollm2(dtype=dtype)
     else:
-        from pathlib import Path
-
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from srpo.models.tokenizers import set_pad_token_of_folder
