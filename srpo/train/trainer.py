@@ -125,23 +125,24 @@ class TrainResult:
 _ADDITIVE = ("loss", "policy/loss", "kl_ref", "entropy_bonus", "ratio/clamp_count")
 
 
-def combine_micro_batches(parts: list[dict[str, float]]) -> dict[str, float]:
-    """One optimizer step's metrics from its micro-batches': loss terms and counts summed (the
-    step's loss is the sum of its micro-batches'), everything else averaged."""
+def _combine(parts: list[dict[str, float]], additive: tuple[str, ...]) -> dict[str, float]:
+    """Per key over the parts that have it: the sum for `additive` keys, else the mean."""
     out: dict[str, float] = {}
     for k in sorted({k for p in parts for k in p}):
         vals = [p[k] for p in parts if k in p]
-        out[k] = sum(vals) if k in _ADDITIVE else sum(vals) / len(vals)
+        out[k] = sum(vals) if k in additive else sum(vals) / len(vals)
     return out
+
+
+def combine_micro_batches(parts: list[dict[str, float]]) -> dict[str, float]:
+    """One optimizer step's metrics from its micro-batches': loss terms and counts summed (the
+    step's loss is the sum of its micro-batches'), everything else averaged."""
+    return _combine(parts, _ADDITIVE)
 
 
 def mean_over_steps(steps: list[dict[str, float]]) -> dict[str, float]:
     """The update's metrics: the mean per optimizer step (never a sum over epochs and minibatches)."""
-    out: dict[str, float] = {}
-    for k in sorted({k for s in steps for k in s}):
-        vals = [s[k] for s in steps if k in s]
-        out[k] = sum(vals) / len(vals)
-    return out
+    return _combine(steps, ())
 
 
 class Trainer:
