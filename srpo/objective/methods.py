@@ -227,10 +227,6 @@ class StepAdvantages(NamedTuple):
     num_groups: int
     degenerate_groups: int
 
-    def per_member(self, set_index: Tensor) -> Tensor:
-        """[M] the value each member's loss term uses."""
-        return self.member if self.member is not None else self.set[set_index]
-
 
 def step_advantages(spec: MethodSpec, batch: FlatBatch, eps: float = 1e-6) -> StepAdvantages:
     """Relative advantages of the whole rollout batch (they do not change between its epochs)."""

@@ -54,14 +54,14 @@ def test_srpo_one_advantage_per_set_grouped_by_task(batch):
     adv = step_advantages(get_method("srpo"), batch)
     assert adv.member is None  # kept per set, never broadcast to members and collapsed back
     torch.testing.assert_close(adv.set, torch.tensor([A4, A4, -A4, -A4]))
-    torch.testing.assert_close(adv.per_member(batch.set_index), torch.tensor([A4, A4, A4, -A4, -A4, -A4]))
+    torch.testing.assert_close(adv.set[batch.set_index], torch.tensor([A4, A4, A4, -A4, -A4, -A4]))
     assert adv.unit.shape == (4,)
 
 
 def test_srpo_task_event_grouping(batch):
     # group (task, event): solve sets [1, 0] and aggregate sets [1, 0] -> +-A2 each
     adv = step_advantages(get_method("srpo", group_keys=("task", "event")), batch)
-    torch.testing.assert_close(adv.per_member(batch.set_index), torch.tensor([A2, A2, A2, -A2, -A2, -A2]))
+    torch.testing.assert_close(adv.set[batch.set_index], torch.tensor([A2, A2, A2, -A2, -A2, -A2]))
     assert adv.num_groups == 2
 
 
@@ -75,7 +75,7 @@ def test_magrpo_joint_reward_same_value_to_every_agent(batch):
     # episodes [1, 0] -> +-A2 to every member of the episode
     adv = step_advantages(get_method("magrpo"), batch)
     torch.testing.assert_close(adv.set, torch.tensor([A2, A2, -A2, -A2]))  # the episode's value per set
-    torch.testing.assert_close(adv.per_member(batch.set_index), torch.tensor([A2, A2, A2, -A2, -A2, -A2]))
+    torch.testing.assert_close(adv.set[batch.set_index], torch.tensor([A2, A2, A2, -A2, -A2, -A2]))
 
 
 def test_at_grpo_groups_by_turn_too():
