@@ -311,11 +311,16 @@ class EvalConfig:
     size: int | None = None  # held-out tasks used (None = task.heldout_size, 0 = no evaluation)
     # the reward component that counts as solved (> 0); None: "correct" (math), else "em" (search)
     success_component: str | None = None
+    # held-out tasks rolled out together; progress (tasks done, running accuracy) shows after each
+    # batch. None: all at once (one batch: no progress until the end)
+    batch_tasks: int | None = 32
 
     def __post_init__(self) -> None:
         _positive("eval.every", self.every, zero_ok=True)
         if self.size is not None:
             _positive("eval.size", self.size, zero_ok=True)
+        if self.batch_tasks is not None:
+            _positive("eval.batch_tasks", self.batch_tasks)
 
 
 @dataclass
@@ -328,10 +333,16 @@ class CheckpointConfig:
     plots: bool = True  # write plots/*.png at the end
     tensorboard: bool = True  # also log to RUN/tensorboard
     wandb: bool = False  # also log to Weights & Biases (needs the wandb package; never required)
+    # episodes kept per step in RUN/episodes/ for the report's browser: whole task groups, the
+    # step's first tasks (srpo.train.episodes_log). None: all; 0: none
+    episodes_per_step: int | None = 256
+    report: bool = True  # write RUN/report.html (srpo report) at the end
 
     def __post_init__(self) -> None:
         _positive("checkpoint.every", self.every, zero_ok=True)
         _positive("checkpoint.keep_last", self.keep_last)
+        if self.episodes_per_step is not None:
+            _positive("checkpoint.episodes_per_step", self.episodes_per_step, zero_ok=True)
 
 
 def _default_agents() -> dict[str, AgentConfig]:

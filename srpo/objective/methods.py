@@ -10,6 +10,8 @@ tables (RATIO_UNIT_LOSSES, the advantage unit table, the aggregation weights).
     with_step_weights(spec, batch, ...)  -> aggregation weights, once per optimizer step:
                                             per member [M] (each token's) and per set [S]
     method_policy_loss(spec, micro_batch, logprobs, ...) -> (loss, metrics)
+    set_update_state(spec, micro_batch, logprobs) -> per set: Lambda_S and the clipped share
+                                            (what the episode browser shows; never in the loss)
 
 The table (docs/algorithms.md gives the math and the departures):
 
@@ -54,6 +56,7 @@ from srpo.objective.losses import (
     unit_policy_loss,
 )
 from srpo.objective.reductions import check_reduction, set_log_ratio
+from srpo.objective.surrogate import clipped_surrogate
 from srpo.objective.validation import check_clip
 
 ADVANTAGE_UNITS: tuple[str, ...] = ("set", "member", "episode")
@@ -413,3 +416,52 @@ def method_policy_loss(
         metrics["entropy_bonus"] = float(ent_term.detach())
     metrics["loss"] = float(loss.detach())
     return loss, metrics
+
+
+# ---------------------------------------------------------------- per-set record of the update
+
+
+class SetUpdateState(NamedTuple):
+    """What the update did to each active set of a micro-batch (diagnostics, not the loss)."""
+
+    log_ratio: Tensor  # [S] Lambda_S under the `mean` reduction (every method: comparable)
+    clipped: Tensor  # [S] share of the set's ratio units the clip stopped (the set unit: 0 or 1)
+    units: Tensor  # [S] ratio units of the set: 1 (set unit), members (sequence), tokens (token)
+
+
+@torch.no_grad()
+def set_update_state(spec: MethodSpec, batch: FlatBatch, logprobs: Tensor) -> SetUpdateState:
+    """Per set of a filled micro-batch (as `method_policy_loss` takes it): its log-ratio and
+    how much of it the clip stopped, from the same `clipped_surrogate` the loss calls.
+
+    A unit is clipped when r > 1 + eps_high with A > 0 or r < 1 - eps_low with A < 0 (docs/
+    metrics.md); sum(clipped * units) / sum(units) over a micro-batch is its `clip/all/frac`.
+    logprobs: [M, T] log pi_theta (detached here).
+    """
+    if batch.old_logprobs is None:
+        raise ValueError("set_update_state needs old log-probs in the batch")
+    mask, sidx, n_sets = batch.response_mask, batch.set_index, batch.num_sets
+    delta = logprobs.detach() - batch.old_logprobs  # [M, T]
+    lam = set_log_ratio(delta, mask, sidx, n_sets)  # [S] under `mean`
+    clip = (spec.clip_low, spec.clip_high, spec.max_log_ratio)
+    if spec.ratio_unit == "set":
+        x = set_log_ratio(delta, mask, sidx, n_sets, spec.reduction)  # [S] the method's own ratio
+        out = clipped_surrogate(x, batch.set_advantages.to(x.dtype), *clip)
+        flags = (out.clipped_low | out.clipped_high).to(delta.dtype)  # [S]
+        return SetUpdateState(lam, flags, torch.ones_like(flags))
+    adv = batch.advantages_per_member().to(delta.dtype)  # [M]
+    if spec.ratio_unit == "sequence":
+        members = torch.arange(batch.num_members, device=sidx.device)
+        x = set_log_ratio(delta, mask, members, batch.num_members)  # [M] length-normalized
+        out = clipped_surrogate(x, adv, *clip)
+        per_member = (out.clipped_low | out.clipped_high).to(delta.dtype)  # [M]
+        units = torch.ones_like(per_member)
+    else:  # token unit: each response token is clipped on its own
+        d = torch.where(mask, delta, torch.zeros_like(delta))
+        out = clipped_surrogate(d, adv.unsqueeze(-1), *clip)
+        per_member = ((out.clipped_low | out.clipped_high) & mask).sum(dim=-1).to(delta.dtype)  # [M]
+        units = mask.sum(dim=-1).to(delta.dtype)  # [M]
+    zeros = torch.zeros(n_sets, dtype=delta.dtype, device=delta.device)
+    set_units = zeros.index_add(0, sidx, units)  # [S]
+    share = zeros.index_add(0, sidx, per_member) / set_units.clamp(min=1)
+    return SetUpdateState(lam, share, set_units)

@@ -145,9 +145,11 @@ class RolloutRunner:
     # ------------------------------------------------------------------ running
 
     def run(
-        self, tasks: Iterable[Task], workflow: Workflow, *, group_size: int = 1
+        self, tasks: Iterable[Task], workflow: Workflow, *, group_size: int = 1,
+        on_round: Callable[[int, int, int], None] | None = None,
     ) -> RolloutResult:
-        """G = group_size rollouts of `workflow` on each task, all advanced together."""
+        """G = group_size rollouts of `workflow` on each task, all advanced together.
+        on_round(round, episodes finished, episodes) after each round (a progress bar's hook)."""
         if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
             raise ValueError(f"group_size must be an int >= 1, got {group_size!r}")
         tasks = list(tasks)
@@ -191,6 +193,8 @@ class RolloutRunner:
             for lv in active:
                 reply = lv.targets[0] if lv.single else list(lv.targets)
                 self._advance(lv, reply)
+            if on_round is not None:
+                on_round(rounds, sum(lv.done for lv in lives), len(lives))
         seconds = time.perf_counter() - start
         tokens = self.backend.stats.generated_tokens - tokens0
         episodes = [self._finish(lv) for lv in lives]

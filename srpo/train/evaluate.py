@@ -109,16 +109,30 @@ def evaluate(
     seed: int = 0,
     agent_scorer: Callable[[Task, str], bool] | None = None,
     success_component: str | None = None,
+    batch_tasks: int | None = None,
+    on_progress: Callable[[int, int, int], None] | None = None,
 ) -> tuple[EvalResult, list[Episode]]:
     """Runs `workflow` greedily once on each task. agent_scorer(task, text) -> correct; default:
     the runner's reward function's success component (`success_component`, else "correct",
-    else "em")."""
+    else "em"). batch_tasks: tasks rolled out together (None: all at once); after each batch
+    on_progress(tasks done, tasks, correct so far) is called (a progress bar's hook)."""
     if not tasks:
         raise ValueError("evaluate needs at least one held-out task")
+    if batch_tasks is not None and batch_tasks < 1:
+        raise ValueError(f"batch_tasks must be >= 1 (or None: all at once), got {batch_tasks}")
     start = time.perf_counter()
-    with torch.no_grad():  # generation only: no autograd graph (callers need not remember)
-        episodes = greedy_runner(runner, seed).run(tasks, workflow, group_size=1).episodes
-    correct = [_is_correct(ep.reward_components, success_component) for ep in episodes]
+    tasks = list(tasks)
+    size = batch_tasks or len(tasks)
+    greedy = greedy_runner(runner, seed)  # its draws depend on (seed, task), not on the batching
+    episodes: list[Episode] = []
+    correct: list[bool] = []
+    for i in range(0, len(tasks), size):
+        with torch.no_grad():  # generation only: no autograd graph (callers need not remember)
+            done = greedy.run(tasks[i : i + size], workflow, group_size=1).episodes
+        episodes += done
+        correct += [_is_correct(ep.reward_components, success_component) for ep in done]
+        if on_progress is not None:
+            on_progress(len(episodes), len(tasks), sum(correct))
 
     def score(task: Task, text: str) -> bool:
         if agent_scorer is not None:

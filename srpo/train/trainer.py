@@ -45,6 +45,7 @@ from srpo.objective.methods import (
     informative_sets,
     method_policy_loss,
     prepare_step,
+    set_update_state,
     step_counts,
     with_step_weights,
 )
@@ -68,16 +69,19 @@ from srpo.train.distributed import (
     init_distributed,
     sum_counts,
 )
+from srpo.train import episodes_log
+from srpo.train.episodes_log import UpdateRecord
 from srpo.train.evaluate import EvalResult, evaluate, write_eval_json
 from srpo.train.forward import batch_logprobs, check_training_sampling
 from srpo.train.metrics_log import MetricsLogger
 from srpo.train.optim import build_optimizers, policy_parameters
 from srpo.train.preflight import preflight
+from srpo.train.progress import Bar, RunProgress
 from srpo.train.run_identity import RESUMABLE_FIELDS, resume_fingerprint
-from srpo.types import Episode, Task
+from srpo.types import Episode, Member, Task
 
 # What a run writes into its directory: a fresh run (resume=false) refuses a directory holding any.
-RUN_ARTIFACTS = ("metrics.jsonl", "checkpoints", "eval", "export")
+RUN_ARTIFACTS = ("metrics.jsonl", "checkpoints", "eval", "export", "episodes")
 
 
 def checkpointed_models(policies: PolicySet) -> dict[str, torch.nn.Module]:
@@ -194,6 +198,8 @@ class Trainer:
         self.train_tasks = load_tasks(cfg.task, split="train")
         self.heldout_tasks = load_tasks(cfg.task, split="heldout", limit=cfg.eval.size) if cfg.eval.size != 0 else []
         self.step = 0
+        # bars on rank 0's terminal only; plain lines otherwise (srpo.train.progress)
+        self.progress = RunProgress(enabled=None if self.dist.is_main else False)
 
     # ------------------------------------------------------------------ setup helpers
 
@@ -294,7 +300,12 @@ class Trainer:
             model.eval()
         with torch.no_grad():
             tasks = self.tasks_for_step(step) if tasks is None else tasks
-            return self.runner.run(tasks, self.workflow, group_size=self.cfg.group_size).episodes
+            total = len(tasks) * self.cfg.group_size
+            with self.progress.bar("rollout", total=total, transient=True) as bar:
+                def on_round(r: int, done: int, n: int) -> None:
+                    bar.update(completed=done, info=f"round {r}, {done}/{n} episodes finished")
+                return self.runner.run(tasks, self.workflow, group_size=self.cfg.group_size,
+                                       on_round=on_round).episodes
 
     def rollout_step(self, step: int) -> tuple[list[Episode], list[Episode], dict[str, float]]:
         """(episodes to train on, every episode generated, dynamic-sampling metrics).
@@ -411,9 +422,14 @@ class Trainer:
             base = PolicySet.shared(model, self.policies[self.policies.names[0]].tokenizer)
             return self._logprobs(base, dataclasses.replace(micro, member_policy=("shared",) * micro.num_members)).logprobs
 
-    def update(self, batch: FlatBatch) -> dict[str, float]:
+    def update(self, batch: FlatBatch, record: UpdateRecord | None = None) -> dict[str, float]:
         """K epochs over the rollout batch; each epoch is exactly `minibatches` optimizer steps of
-        whole sets (srpo.batch.split_sets), the same count on every rank."""
+        whole sets (srpo.batch.split_sets), the same count on every rank. record: filled with
+        each computed set's log-ratio and clipped share (the episode browser's; not the loss)."""
+        with self.progress.bar("update", total=None, transient=True) as bar:
+            return self._update(batch, record, bar)
+
+    def _update(self, batch: FlatBatch, record: UpdateRecord | None, bar: Bar) -> dict[str, float]:
         t = self.cfg.train
         on_policy = batch.old_logprobs is None
         for model in self.policies.models():
@@ -421,6 +437,7 @@ class Trainer:
         steps: list[dict[str, float]] = []  # metrics of each optimizer step
         grad_norms: dict[str, list[float]] = {n: [] for n in self.params}
         skipped = self._skipped_sets(batch).tolist()  # [S] left out: their loss and gradient are 0
+        n_steps, micro_done = t.epochs * t.minibatches, 0
         for _ in range(t.epochs):
             for set_ids in split_sets(batch, t.minibatches):
                 step = batch.select_sets(set_ids)
@@ -433,7 +450,10 @@ class Trainer:
                 work_ids = [i for i, s in enumerate(set_ids) if not skipped[s]]
                 parts: list[dict[str, float]] = [] if work_ids else [{"loss": 0.0, "policy/loss": 0.0}]
                 work = step.select_sets(work_ids) if work_ids else None
-                for micro_ids in pack_sets(work, t.micro_batch_tokens) if work is not None else []:
+                packs = pack_sets(work, t.micro_batch_tokens) if work is not None else []
+                # total: micro-batches so far + this step's, the later steps' guessed alike
+                bar.update(total=micro_done + len(packs) * (n_steps - len(steps)) or None)
+                for j, micro_ids in enumerate(packs):
                     micro = work.select_sets(micro_ids)
                     out = self._logprobs(self.policies, micro, with_entropy=on_policy or t.entropy_alpha > 0)
                     if on_policy:  # pi_old is the policy itself: its detached forward is log pi_old
@@ -447,6 +467,12 @@ class Trainer:
                         raise FloatingPointError(f"non-finite loss {loss.item()} at step {self.step}")
                     loss.backward()
                     parts.append(m)
+                    if record is not None:  # the rollout batch's ids of this micro-batch's sets
+                        record.add([set_ids[work_ids[i]] for i in micro_ids],
+                                   set_update_state(self.spec, micro, out.logprobs))
+                    micro_done += 1
+                    bar.update(completed=micro_done, info=f"optimizer step {len(steps) + 1}/{n_steps}, "
+                                                          f"micro-batch {j + 1}/{len(packs)}")
                 steps.append(combine_micro_batches(parts))
                 self._zero_skipped_gradients(step)
                 for name, params in self.params.items():
@@ -485,20 +511,44 @@ class Trainer:
             return None
         for model in self.policies.models():
             model.eval()
-        with torch.no_grad():
-            result, _ = evaluate(self.runner, self.workflow, self.heldout_tasks, seed=self.cfg.seed,
-                                 success_component=self.cfg.eval.success_component)
-        print(f"[eval {label}] {result.summary()}  per agent: "
-              + ", ".join(f"{a} {100 * v:.1f}%" for a, v in sorted(result.per_agent.items())), flush=True)
-        # per-item correctness, for paired comparisons across runs (RUN/eval/<label>.json)
-        write_eval_json(self.run_dir / "eval" / f"{label.replace(' ', '-')}.json", result,
-                        label=label, step=self.step)
+        n = len(self.heldout_tasks)
+        if not self.progress.enabled:  # minutes may pass: say what is running
+            self.progress.line(f"[eval {label}] {n} held-out problems ...")
+        with torch.no_grad(), self.progress.bar(f"eval {label}", total=n, transient=True) as bar:
+            def on_progress(done: int, total: int, correct: int) -> None:
+                bar.update(completed=done, info=f"accuracy so far {100 * correct / done:.1f}% ({correct}/{done})")
+            result, episodes = evaluate(self.runner, self.workflow, self.heldout_tasks, seed=self.cfg.seed,
+                                        success_component=self.cfg.eval.success_component,
+                                        batch_tasks=self.cfg.eval.batch_tasks, on_progress=on_progress)
+        self.progress.line(f"[eval {label}] {result.summary()}  per agent: "
+                           + ", ".join(f"{a} {100 * v:.1f}%" for a, v in sorted(result.per_agent.items())))
+        # per-item correctness, for paired comparisons across runs (RUN/eval/<label>.json), and
+        # the episodes themselves (the report's before/after answers)
+        name = label.replace(' ', '-')
+        write_eval_json(self.run_dir / "eval" / f"{name}.json", result, label=label, step=self.step)
+        episodes_log.write_records(
+            self.run_dir / "eval" / f"{name}.episodes.jsonl.gz",
+            episodes_log.episode_records(episodes, step=self.step, prompt_text=self._prompt_text))
         barrier(self.dist)
         return result
 
     # ------------------------------------------------------------------ the loop
 
     def train(self) -> TrainResult:
+        if not self.progress.enabled:  # no bar redraws in logs (transformers' own bars included)
+            import transformers
+
+            transformers.utils.logging.disable_progress_bar()
+        with self.progress:
+            result = self._train()
+        if self.dist.is_main and self.cfg.checkpoint.report:
+            from srpo.report import write_report
+
+            path = write_report(self.run_dir)
+            print(f"report: {path}", flush=True)
+        return result
+
+    def _train(self) -> TrainResult:
         cfg, t = self.cfg, self.cfg.train
         main = self.dist.is_main
         if self._resume_from is not None:  # before anything is written: a bad checkpoint changes nothing
@@ -519,16 +569,21 @@ class Trainer:
                 torch.manual_seed(cfg.seed + 1_000_003 * self.dist.rank + self.step)
             # lines of later steps, and the final evaluation logged after this checkpoint, are redone
             logger.resume(self.step, logged_after_checkpoint=lambda row: "loss" not in row)
-            print(f"resumed from {self._resume_from} at step {self.step}", flush=True)
+            if main:
+                episodes_log.drop_steps_after(self.run_dir, self.step)
+            self.progress.line(f"resumed from {self._resume_from} at step {self.step}")
         else:
             if cfg.resume:  # killed before its first checkpoint: nothing to continue, start over
                 logger.resume(-1)
-                print(f"resume=true: {self.run_dir} has no complete checkpoint; starting from step 0 "
-                      "(the log of the interrupted run is discarded)", flush=True)
+                if main:
+                    episodes_log.drop_steps_after(self.run_dir, 0)
+                self.progress.line(f"resume=true: {self.run_dir} has no complete checkpoint; starting from "
+                                   "step 0 (the log of the interrupted run is discarded)")
             if cfg.eval.before:
                 result.before = self.evaluate("before")
                 if result.before:
                     logger.log(0, result.before.metrics("eval"))
+        run_bar = self.progress.bar("train", total=t.steps, completed=self.step, info="steps")
         try:
             while self.step < t.steps:
                 timer = PhaseTimer()
@@ -543,9 +598,12 @@ class Trainer:
                     old, ref, diag = self.old_and_ref_logprobs(
                         batch, [s for s in range(batch.num_sets) if not skipped[s]])
                     batch = dataclasses.replace(batch, old_logprobs=old, ref_logprobs=ref)
+                record = UpdateRecord(batch.num_sets)
                 with timer("update"):
-                    upd = self.update(batch)
+                    upd = self.update(batch, record)
                 self.step += 1
+                if main:
+                    self._keep_episodes(episodes, batch, record, skipped)
                 metrics = {**step_metrics, **diag, **upd, **timer.metrics(), **dynamic}
                 # everything generated (dropped episodes of dynamic sampling too): the rollout budget
                 metrics.update({f"rollout/{k}": v for k, v in rollout_metrics(generated).items()})
@@ -558,7 +616,8 @@ class Trainer:
                 logger.log(self.step, metrics)
                 result.history.append(metrics)
                 if main:
-                    print(_progress_line(self.step, t.steps, metrics, timer), flush=True)
+                    self.progress.line(_progress_line(self.step, t.steps, metrics, timer))
+                run_bar.advance()
                 every = cfg.checkpoint.every
                 if self.step == t.steps or (every and self.step % every == 0):
                     if main:  # replicas are identical: one writer
@@ -579,6 +638,21 @@ class Trainer:
             self.export()
         barrier(self.dist)
         return result
+
+    def _prompt_text(self, member: Member) -> str:
+        """The prompt a member was conditioned on, decoded (chat template included)."""
+        return self.policies[member.policy].tokenizer.decode(member.prompt_ids, skip_special_tokens=False)
+
+    def _keep_episodes(self, episodes: list[Episode], batch: FlatBatch, record: UpdateRecord,
+                       skipped: list[bool]) -> None:
+        """RUN/episodes/step-N.jsonl.gz: the step's episodes (a sample: srpo.train.episodes_log)."""
+        limit = self.cfg.checkpoint.episodes_per_step
+        if limit == 0:
+            return
+        records = episodes_log.episode_records(
+            episodes, step=self.step, prompt_text=self._prompt_text, batch=batch, update=record,
+            skipped=skipped, keep=episodes_log.kept_episodes(episodes, limit))
+        episodes_log.write_records(episodes_log.step_file(self.run_dir, self.step), records)
 
     def export(self) -> list[Path]:
         """Each trained policy as a plain Hugging Face folder under RUN/export/<policy>."""
