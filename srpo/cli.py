@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="also print each method's description")
     p.set_defaults(handler=_cmd_methods)
     # Each family registers its own subcommands; their heavy imports happen inside the handlers.
+    from srpo.cli_report import add_report_commands
     from srpo.cli_rollout import add_rollout_commands
     from srpo.cli_search import add_search_commands
     from srpo.cli_train import add_train_commands
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_rollout_commands(sub)
     add_train_commands(sub)
     add_search_commands(sub)
+    add_report_commands(sub)
     return parser
 
 

@@ -1,0 +1,27 @@
+"""`srpo report RUN_DIR`: one self-contained HTML file of a run (srpo.report.data collects,
+srpo.report.render writes; srpo.report.study links a study's cells)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from srpo.report.data import ReportError, collect_run
+from srpo.report.render import render_html
+
+REPORT_FILE = "report.html"
+
+
+def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    """Writes the report of `run_dir` to `out` (default RUN_DIR/report.html); returns the path.
+    Raises ReportError naming what is missing or damaged."""
+    html = render_html(collect_run(run_dir))
+    path = Path(out) if out is not None else Path(run_dir) / REPORT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(html, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+__all__ = ["REPORT_FILE", "ReportError", "collect_run", "render_html", "write_report"]

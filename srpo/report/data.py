@@ -1,0 +1,172 @@
+"""Everything a run's report shows, read from its directory into one JSON-able dict.
+
+    data = collect_run("runs/smoke")     # ReportError naming the file when something is missing or damaged
+
+Reads RUN/config.yaml, RUN/metrics.jsonl, RUN/episodes/step-*.jsonl.gz, RUN/eval/<label>.json and
+RUN/eval/<label>.episodes.jsonl.gz. Nothing here renders; srpo.report.render turns the dict into HTML.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from srpo.train import episodes_log
+from srpo.train.metrics_log import read_metrics
+from srpo.train.stats import paired_comparison
+
+
+class ReportError(ValueError):
+    """A run directory the report cannot be made from; the message names the problem."""
+
+
+def _finite(x: Any) -> Any:
+    """JSON has no NaN or inf: they become null (the charts show a gap)."""
+    return x if not isinstance(x, float) or math.isfinite(x) else None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ReportError(f"{path} is not readable JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise ReportError(f"{path} does not hold a JSON object")
+    return data
+
+
+def _config(run: Path) -> dict[str, Any]:
+    path = run / "config.yaml"
+    if not path.is_file():
+        raise ReportError(f"{run} has no config.yaml: not a run directory (srpo train writes one)")
+    try:
+        cfg = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ReportError(f"{path} is not readable YAML ({e})") from None
+    if not isinstance(cfg, dict):
+        raise ReportError(f"{path} does not hold a config mapping")
+    return cfg
+
+
+def _metrics(run: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(training rows, evaluation rows) of RUN/metrics.jsonl."""
+    try:
+        rows = read_metrics(run)
+    except FileNotFoundError:
+        raise ReportError(f"{run} has no metrics.jsonl: the run logged no step yet") from None
+    except ValueError as e:
+        raise ReportError(str(e)) from None
+    train = [r for r in rows if "loss" in r]
+    evals = [r for r in rows if "eval/accuracy" in r]
+    return train, evals
+
+
+def _series(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """{"steps": [N], "series": {key: [N] values or null}} of the training rows."""
+    keys = sorted({k for r in rows for k in r if k != "step"})
+    return {"steps": [r["step"] for r in rows],
+            "series": {k: [_finite(r.get(k)) for r in rows] for k in keys}}
+
+
+def _final_answers(rec: dict[str, Any]) -> list[dict[str, str]]:
+    """The members of an episode's last transition: what its final answer was read from."""
+    last = rec["transitions"][-1]
+    return [{"agent": m["agent"], "text": m["text"]} for m in last["members"]]
+
+
+def _eval_episodes(run: Path, label: str) -> dict[str, dict[str, Any]]:
+    path = run / "eval" / f"{label}.episodes.jsonl.gz"
+    if not path.is_file():
+        return {}
+    try:
+        return {r["task_id"]: r for r in episodes_log.read_records(path)}
+    except ValueError as e:
+        raise ReportError(str(e)) from None
+
+
+def _evaluation(run: Path) -> dict[str, Any]:
+    """Before / after accuracy, the paired test, and per problem the answers of both."""
+    files = {p.stem: p for p in sorted((run / "eval").glob("*.json"))}
+    evals = {name: _read_json(p) for name, p in files.items()}
+    out: dict[str, Any] = {"runs": [
+        {k: e.get(k) for k in ("label", "step", "workflow", "n", "accuracy", "ci_low", "ci_high", "per_agent")}
+        | {"name": name} for name, e in evals.items()]}
+    before, after = evals.get("before"), evals.get("after")
+    if not (before and after):
+        return out
+    if before.get("task_ids") != after.get("task_ids"):
+        raise ReportError(f"{files['before']} and {files['after']} evaluate different problems")
+    c = paired_comparison(before["correct"], after["correct"])
+    out["paired"] = {"n": c.n, "before": c.before, "after": c.after, "diff": c.diff.estimate,
+                     "diff_low": c.diff.low, "diff_high": c.diff.high, "gained": c.gained,
+                     "lost": c.lost, "p_value": c.p_value}
+    eb, ea = _eval_episodes(run, "before"), _eval_episodes(run, "after")
+    problems = []
+    for tid, cb, ca in zip(before["task_ids"], before["correct"], after["correct"]):
+        b, a = eb.get(tid), ea.get(tid)
+        ref = a or b or {}
+        problems.append({
+            "task_id": tid, "question": ref.get("question"), "gold": ref.get("gold"),
+            "before": {"correct": bool(cb), "reward": b and b["reward"], "answers": b and _final_answers(b)},
+            "after": {"correct": bool(ca), "reward": a and a["reward"], "answers": a and _final_answers(a)},
+        })
+    out["problems"] = problems
+    return out
+
+
+def _budget(cfg: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the run planned and what it spent (rollouts, members, tokens, seconds)."""
+    t = cfg.get("train", {})
+
+    def total(key: str) -> float:
+        return float(sum(r.get(key) or 0.0 for r in rows))
+
+    return {
+        "workflow": cfg.get("workflow", {}).get("name"),
+        "method": t.get("method"),
+        "model": cfg.get("model", {}).get("name"),
+        "policies": cfg.get("policies", {}).get("kind"),
+        "steps_planned": t.get("steps"),
+        "steps_done": len(rows),
+        "tasks_per_step": t.get("tasks_per_step"),
+        "group_size": cfg.get("group_size"),
+        "episodes": total("rollout/episodes"),
+        "members": total("rollout/members/count"),
+        "tokens_generated": total("rollout/tokens/generated"),
+        "episodes_dropped": total("rollout/dynamic/dropped_episodes"),
+        "train_seconds": float(sum(sum(v or 0.0 for k, v in r.items() if k.startswith("time/")) for r in rows)),
+    }
+
+
+def _episodes(run: Path) -> list[dict[str, Any]]:
+    out = []
+    for path, _ in episodes_log.step_files(run):
+        try:
+            out += episodes_log.read_records(path)
+        except ValueError as e:
+            raise ReportError(str(e)) from None
+    return out
+
+
+def collect_run(run_dir: str | Path) -> dict[str, Any]:
+    """The report's data (module doc). Raises ReportError naming a missing or damaged file."""
+    run = Path(run_dir)
+    if not run.exists():
+        raise ReportError(f"no run directory at {run}")
+    if not run.is_dir():
+        raise ReportError(f"{run} is not a directory (give a run directory: srpo report RUN_DIR)")
+    cfg = _config(run)
+    train, evals = _metrics(run)
+    return {
+        "run": {"name": run.resolve().name},
+        "config": cfg,
+        "budget": _budget(cfg, train),
+        "metrics": _series(train),
+        "eval_rows": [{k: _finite(v) for k, v in r.items()} for r in evals],
+        "evaluation": _evaluation(run),
+        "episodes": _episodes(run),
+    }
