@@ -1,0 +1,61 @@
+"""One real smoke run for the report tests, made once per test session.
+
+`srpo train` runs as a subprocess with stdout and stderr going to files (not a terminal), so the
+same run also gives the non-interactive log the progress test reads. The mixed workflow (single,
+parallel, routed) makes active sets of several sizes; 2 epochs x 2 minibatches make the update
+off-policy, so sets get non-zero log-ratios and some are clipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SMOKE = REPO / "configs" / "smoke.yaml"
+STEPS = 3
+OVERRIDES = [
+    f"train.steps={STEPS}", "train.threads=1", "workflow.name=mixed", "workflow.params={}",
+    "train.epochs=2", "train.minibatches=2", "train.lr=0.01",
+    "checkpoint.export=false", "checkpoint.plots=false",
+]
+
+
+@dataclass(frozen=True)
+class SmokeRun:
+    run_dir: Path
+    stdout: str
+    stderr: str
+
+    def train_rows(self) -> list[dict]:
+        rows = [json.loads(x) for x in (self.run_dir / "metrics.jsonl").read_text().splitlines()]
+        return [r for r in rows if "loss" in r]
+
+
+_CACHE: dict[str, SmokeRun] = {}
+
+
+def make_smoke_run(root: Path) -> SmokeRun:
+    if "run" not in _CACHE:
+        run_dir = root / "smoke-mixed"
+        env = {k: v for k, v in os.environ.items() if k != "SRPO_PROGRESS"}
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        with open(root / "stdout.log", "w") as out, open(root / "stderr.log", "w") as err:
+            code = subprocess.run([sys.executable, "-m", "srpo.cli", "train", str(SMOKE),
+                                   f"output_dir={run_dir}", *OVERRIDES],
+                                  stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=root).returncode
+        stdout, stderr = (root / "stdout.log").read_text(), (root / "stderr.log").read_text()
+        assert code == 0, f"srpo train failed ({code}):\n{stdout[-2000:]}\n{stderr[-3000:]}"
+        _CACHE["run"] = SmokeRun(run_dir, stdout, stderr)
+    return _CACHE["run"]
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory) -> SmokeRun:
+    return make_smoke_run(tmp_path_factory.mktemp("report-run"))
