@@ -8,6 +8,18 @@ VENV=${SRPO_VENV:-.venv}
 if [ ! -x "$VENV/bin/python" ]; then
     "$PY" -m venv "$VENV"
 fi
+# Chromium from the system packages drives the report's browser test (tests/report/); checked on
+# every run, before the stamp, since it lives outside the venv. Playwright's own browser download
+# is not used. Without root or apt the test says what is missing.
+if [ ! -x /usr/bin/chromium ] && [ -z "${SRPO_CHROMIUM:-}" ]; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
+            || echo "setup.sh: could not install chromium; the report's browser test will fail" >&2
+    else
+        echo "setup.sh: no /usr/bin/chromium (install the chromium package as root, or set SRPO_CHROMIUM);" \
+             "the report's browser test will fail" >&2
+    fi
+fi
 stamp="$VENV/.srpo-setup-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ]; then
     exit 0

@@ -1,0 +1,136 @@
+"""The report of a smoke run in a real headless Chromium (the system's, driven by Playwright):
+it loads with no console error and no request, shows the run's steps, episodes and active sets
+of each size, its filters change what is shown, and a screenshot of the episode browser is saved.
+
+Chromium comes from the system packages (scripts/setup.sh installs it); SRPO_CHROMIUM names
+another binary. Without it this test fails, saying so: it never skips.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from report_helpers import REPO, STEPS, smoke_run  # noqa: F401  (a fixture)
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def _chromium() -> str:
+    path = os.environ.get("SRPO_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(path).is_file():
+        pytest.fail(f"the report's browser test needs Chromium, not found at {path}: run scripts/setup.sh "
+                    "(it runs `apt-get install -y chromium`) or set SRPO_CHROMIUM to a Chromium binary")
+    return path
+
+
+@pytest.fixture(scope="module")
+def page(smoke_run):
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("the report's browser test needs the playwright package: pip install -e '.[dev]'")
+    errors: list[str] = []
+    requests: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=_chromium(), args=CHROMIUM_ARGS)
+        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+        pg.on("console", lambda m: errors.append(m.text) if m.type in ("error", "warning") else None)
+        pg.on("pageerror", lambda e: errors.append(str(e)))
+        pg.on("request", lambda r: requests.append(r.url) if not r.url.startswith(("file:", "data:", "blob:")) else None)
+        pg.goto((smoke_run.run_dir / "report.html").as_uri())
+        pg.wait_for_selector("body[data-ready='1']", timeout=30_000)
+        pg.errors, pg.requests = errors, requests
+        yield pg
+        browser.close()
+
+
+def _counts(page) -> tuple[int, dict[int, int]]:
+    c = page.locator("#ep-counts")
+    return int(c.get_attribute("data-episodes")), {int(k): v for k, v in json.loads(c.get_attribute("data-sets")).items()}
+
+
+def _rows(page) -> list[list[str]]:
+    return [r.split("\t") for r in page.locator("#ep-list tbody tr").all_inner_texts()]
+
+
+def test_report_loads_with_no_error_and_no_request(page):
+    assert page.errors == [] and page.requests == []
+    assert page.locator("#charts .js-plotly-plot").count() >= 5  # the default panels are drawn
+
+
+def test_steps_episodes_and_sets_by_size_match_the_run(page, smoke_run):
+    rows = smoke_run.train_rows()
+    steps = page.locator("#f-step option").evaluate_all("os => os.map(o => o.value)")
+    assert steps == [""] + [str(r["step"]) for r in rows]  # "all steps", then each step
+    total_sets: Counter = Counter()
+    for r in rows:
+        page.select_option("#f-step", str(r["step"]))
+        episodes, sets = _counts(page)
+        assert episodes == r["rollout/episodes"] == len(_rows(page))
+        assert sets == {k: int(r[f"sets/k{k}/count"]) for k in sets} and sum(sets.values()) == r["sets/all/count"]
+        total_sets.update(sets)
+    page.select_option("#f-step", "")
+    assert _counts(page) == (sum(r["rollout/episodes"] for r in rows), dict(total_sets))
+    assert len(total_sets) >= 2  # the mixed workflow gives sets of several sizes
+
+
+def test_filters_change_what_is_shown(page, smoke_run, tmp_path):
+    page.click("#f-reset")
+    total, _ = _counts(page)
+    sizes = page.locator("#f-size option").evaluate_all("os => os.map(o => o.value).filter(v => v)")
+    big = max(sizes, key=int)
+    page.select_option("#f-size", big)
+    n, sets = _counts(page)
+    assert 0 < n < total and all(big in row[4].split("-") for row in _rows(page))
+    assert page.locator("#ep-detail .transition.match").count() >= 1  # the matching sets are marked
+    page.click("#f-reset")
+    page.select_option("#f-agent", "router")  # only routed episodes have a router
+    assert {row[2] for row in _rows(page)} == {"routed"}
+    page.click("#f-reset")
+    rewards = sorted(float(row[3]) for row in _rows(page))
+    page.fill("#f-rmin", str(rewards[-1]))
+    n, _ = _counts(page)
+    assert 0 < n < total and all(float(row[3]) >= rewards[-1] for row in _rows(page))
+    page.click("#f-reset")
+    assert _counts(page)[0] == total
+
+    # an episode: its transitions in order, each set's members with their agents
+    page.select_option("#f-step", str(STEPS))
+    page.locator("#ep-list tbody tr").nth(1).click()
+    step, index = (int(x) for x in _rows(page)[1][:2])
+    from srpo.train import episodes_log
+
+    ep = next(e for e in episodes_log.read_records(episodes_log.step_file(smoke_run.run_dir, step)) if e["index"] == index)
+    shown = page.locator("#ep-detail .transition")
+    assert shown.count() == len(ep["transitions"])
+    for i, t in enumerate(ep["transitions"]):
+        agents = shown.nth(i).locator(".member").evaluate_all("ms => ms.map(m => m.dataset.agent)")
+        assert agents == [m["agent"] for m in t["members"]]
+    page.locator("#ep-detail details summary", has_text="prompt").first.click()
+    assert page.locator("#ep-detail details[open] pre").first.inner_text().startswith("<|im_start|>")
+
+    # the screenshot of the episode browser (SRPO_REPORT_SCREENSHOT=PATH also keeps it there)
+    shot = tmp_path / "report-episodes.png"
+    page.locator("#episodes").screenshot(path=str(shot))
+    assert shot.stat().st_size > 10_000
+    if os.environ.get("SRPO_REPORT_SCREENSHOT"):
+        shutil.copy(shot, os.environ["SRPO_REPORT_SCREENSHOT"])
+
+
+def test_curves_are_selectable_and_the_evaluation_diff_lists_every_problem(page, smoke_run):
+    charts = page.locator("#charts .chart")
+    before = charts.count()
+    page.locator("#curve-picker label", has_text="grad norm per policy").locator("input").uncheck()
+    assert charts.count() == before - 1
+    page.locator("#curve-picker label", has_text="sets by size").locator("input").check()
+    assert charts.count() == before and page.locator("#charts [data-group='sets by size'].js-plotly-plot").count() == 1
+    page.select_option("#d-filter", "all")
+    result = json.loads((smoke_run.run_dir / "eval" / "after.json").read_text())
+    assert page.locator("#diff tbody tr").count() == result["n"]
+    assert "McNemar" in page.locator("[data-testid=paired]").inner_text()
