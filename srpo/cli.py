@@ -52,8 +52,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """argparse, plus `key=value` overrides anywhere on the line: after `--n 4 --out x` too.
+
+    argparse gives a positional `nargs="*"` only the words before the first option; the rest
+    come back unrecognized. Those that are `key=value` words join the command's overrides (in
+    the order given, so a later one still wins); anything else stays an error.
+    """
+    args, extra = parser.parse_known_args(argv)
+    takes = isinstance(getattr(args, "overrides", None), list)
+    stray = [a for a in extra if not takes or a.startswith("-") or "=" not in a]
+    if stray:
+        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    if extra:
+        args.overrides = [*args.overrides, *extra]
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(build_parser(), argv)
     return int(args.handler(args) or 0)
 
 

@@ -29,7 +29,8 @@ def add_rollout_commands(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("config", help="YAML config, e.g. configs/smoke.yaml")
     p.add_argument("overrides", nargs="*", metavar="key=value",
-                   help="config overrides, e.g. sampling.temperature=0.7 group_size=2")
+                   help="config overrides, anywhere on the line (also after --n, --out), e.g. "
+                   "sampling.temperature=0.7 group_size=2")
     p.add_argument("--workflow", help="run this workflow instead of the configured one "
                    "(with its default parameters); see `srpo workflows`")
     p.add_argument("--n", type=int, required=True,

@@ -151,12 +151,12 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 def add_train_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a multi-agent system (no CONFIG: the built-in default job)")
     p.add_argument("config", nargs="?", help="YAML preset (configs/*.yaml); default: the built-in CPU job")
-    p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.steps=4 output_dir=runs/x")
+    p.add_argument("overrides", nargs="*", help="key=value overrides, anywhere on the line, e.g. train.steps=4 output_dir=runs/x")
     p.set_defaults(handler=_cmd_train)
 
     p = sub.add_parser("eval", help="held-out accuracy of a config or a run directory, per workflow and agent")
     p.add_argument("config", nargs="?", help="YAML preset or a run directory")
-    p.add_argument("overrides", nargs="*", help="key=value overrides")
+    p.add_argument("overrides", nargs="*", help="key=value overrides (anywhere on the line, also after options)")
     p.add_argument("--workflow", help="evaluate another workflow than the configured one")
     p.add_argument("--n", type=int, default=None, help="number of held-out tasks (default: eval.size, else task.heldout_size)")
     p.add_argument("--out", help="also write the result, with per-task correctness, as JSON here")
