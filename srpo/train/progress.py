@@ -59,6 +59,30 @@ class Bar:
         self.close()
 
 
+def eta_seconds(elapsed: float, done: float, total: float | None) -> float | None:
+    """Time left at the mean pace so far (done units in `elapsed` seconds); None when unknown.
+    rich's own estimate averages over its last 30 s only, so units slower than that get none."""
+    if total is None or done <= 0:
+        return None
+    return elapsed / done * max(total - done, 0.0)
+
+
+def _EtaColumn():  # a rich column, built lazily: rich is imported only when bars are drawn
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class EtaColumn(ProgressColumn):
+        def render(self, task) -> Text:
+            done = task.completed - task.fields.get("start", 0)
+            left = eta_seconds(task.elapsed or 0.0, done, None if task.total is None else task.total - task.fields.get("start", 0))
+            if left is None:
+                return Text("eta -:--:--")
+            m, sec = divmod(int(round(left)), 60)
+            return Text(f"eta {m // 60}:{m % 60:02d}:{sec:02d}")
+
+    return EtaColumn()
+
+
 class RunProgress:
     """The bars of one run (see the module doc). enabled=None: decide by `bars_wanted()`."""
 
@@ -74,19 +98,12 @@ class RunProgress:
     def __enter__(self) -> RunProgress:
         if self.enabled:
             from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             console = Console(file=self.stream, force_terminal=True, highlight=False)
             self._bars = Progress(
                 TextColumn("{task.description:<10}"), BarColumn(bar_width=30), MofNCompleteColumn(),
-                TextColumn("elapsed"), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                TextColumn("elapsed"), TimeElapsedColumn(), _EtaColumn(),
                 TextColumn("{task.fields[info]}"),
                 console=console, refresh_per_second=4,
             )
@@ -104,7 +121,7 @@ class RunProgress:
         """A new bar; transient bars disappear when closed (phases), the others stay (the run)."""
         if self._bars is None:
             return Bar(None, None, transient)
-        task = self._bars.add_task(description, total=total, completed=completed, info=info)
+        task = self._bars.add_task(description, total=total, completed=completed, info=info, start=completed)
         return Bar(self, task, transient)
 
     def line(self, text: str) -> None:

@@ -301,9 +301,10 @@ class Trainer:
         with torch.no_grad():
             tasks = self.tasks_for_step(step) if tasks is None else tasks
             total = len(tasks) * self.cfg.group_size
-            with self.progress.bar("rollout", total=total, transient=True) as bar:
+            with self.progress.bar("rollout", total=total, transient=True, info="generating round 1") as bar:
                 def on_round(r: int, done: int, n: int) -> None:
-                    bar.update(completed=done, info=f"round {r}, {done}/{n} episodes finished")
+                    bar.update(completed=done, info=f"round {r} done, generating round {r + 1}"
+                               if done < n else f"{r} rounds")
                 return self.runner.run(tasks, self.workflow, group_size=self.cfg.group_size,
                                        on_round=on_round).episodes
 
