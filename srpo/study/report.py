@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from srpo.report.study import write_study_page
 from srpo.study.runner import Cell, iter_results, read_metrics
 from srpo.study.spec import StudySpec
 from srpo.train.stats import Interval, paired_comparison
@@ -350,7 +351,7 @@ def plot_by_set_size(spec: StudySpec, out_dir: Path, runs: StudyRuns | None = No
 
 
 def write_report(spec: StudySpec, *, plots: bool = True) -> dict[str, Path]:
-    """SPEC.output/results.md, summary.json and plots/*.png."""
+    """SPEC.output/results.md, summary.json, plots/*.png and report.html (links each cell's report)."""
     runs = load_runs(spec)
     summary = summarize(spec, runs)
     metrics = metric_table(spec, spec.report_metrics, runs)
@@ -363,6 +364,10 @@ def write_report(spec: StudySpec, *, plots: bool = True) -> dict[str, Path]:
     out["markdown"].write_text(text)
     summary_json = {**summary, "metrics": metrics, "by_set_size": sizes}
     out["summary"].write_text(json.dumps(summary_json, indent=1) + "\n")
+    out["html"] = write_study_page(spec.output, f"study: {spec.output.name}", [
+        {"label": c.label, "dir": c.directory(spec.output), "done": r is not None,
+         **({k: r[k] for k in ("accuracy", "ci_low", "ci_high")} if r else {})}
+        for c, r in iter_results(spec)])
     if plots:
         for p in plot_curves(spec, spec.report_metrics, spec.output / "plots", runs=runs):
             out[p.stem] = p

@@ -133,6 +133,12 @@ def test_study_runs_every_cell_and_reports(tmp_path, monkeypatch):
     # parallel k=2: sets of 2 (solvers) and 1 (aggregator) appear in the set-size diagnostics
     assert set(summary["by_set_size"]["srpo"]["clip/k{k}/frac"]) == {"1", "2"}
     assert "Diagnostics by set size" in text and (spec.output / "plots" / "by_set_size.png").exists()
+    # the study's page links each trained cell's own report (written by srpo train)
+    page = paths["html"].read_text()
+    for cell in plan_cells(spec):
+        link = f'href="cells/{cell.setting}/{cell.method}/seed{cell.seed}/report.html"'
+        assert (link in page) == (cell.method is not None)
+        assert (cell.directory(spec.output) / "report.html").is_file() == (cell.method is not None)
     # a second invocation finds everything done and reruns nothing
     calls = []
     done2, _ = run_study(spec, launch=lambda argv, log: calls.append(argv) or 0, log=lambda s: None)
