@@ -67,3 +67,39 @@ def test_bad_import_paths():
         build_workflow("srpo.workflows:Nope")
     wf = build_workflow("srpo.workflows:ParallelAggregate", {"k": 2})
     assert wf.k == 2
+
+
+def _doc_blocks(lang: str) -> list[str]:
+    text = (ROOT / "docs" / "workflows.md").read_text()
+    section = text.split("### Declaring a new agent (role) in a config", 1)[1].split("\n## ", 1)[0]
+    return re.findall(rf"```{lang}\n(.*?)```", section, re.S)
+
+
+def test_the_docs_agent_config_and_its_scripted_test_run(tmp_path, critic_loop_file, monkeypatch):
+    """The docs' config (a new role, `critic`) and the test they tell users to copy, verbatim."""
+    (config,), (user_test,) = _doc_blocks("yaml"), _doc_blocks("python")
+    monkeypatch.chdir(tmp_path)  # the config names critic_loop.py relative to here
+    (tmp_path / "critic_loop.yaml").write_text(config)
+    namespace: dict = {}
+    exec(compile(user_test, "test_critic_loop.py", "exec"), namespace)
+    tests = [f for name, f in namespace.items() if name.startswith("test_")]
+    assert tests
+    for test in tests:
+        test()
+
+
+def test_a_role_added_on_the_command_line_and_an_undeclared_one(tmp_path, critic_loop_file):
+    from srpo.config import load_config
+    from srpo.rollout.build import build_agents, build_workflow_from
+
+    smoke = ROOT / "configs" / "smoke.yaml"
+    cfg = load_config(smoke, [f"workflow.name={critic_loop_file}", "workflow.params={reviewer: critic}",
+                              "agents.critic.system_prompt=You review answers."])
+    agents = build_agents(cfg)
+    assert agents["critic"].system_prompt == "You review answers." and "solver" in agents  # built-ins kept
+    assert build_workflow_from(cfg).agents == ("solver", "critic")
+    from srpo.rollout.build import build_rollout
+
+    bad = load_config(smoke, [f"workflow.name={critic_loop_file}", "workflow.params={reviewer: nobody}"])
+    with pytest.raises(ValueError, match=r"needs agent\(s\) \['nobody'\]"):
+        build_rollout(bad)
