@@ -86,7 +86,13 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError, FileNotFoundError, CheckpointError) as e:
         print(f"srpo eval: {e}", file=sys.stderr)
         return 2
-    result, _ = evaluate(runner, workflow, tasks, seed=cfg.seed, success_component=cfg.eval.success_component)
+    from srpo.train.progress import RunProgress
+
+    with RunProgress() as progress, progress.bar("eval", total=len(tasks), transient=True) as bar:
+        def on_progress(done: int, total: int, correct: int) -> None:
+            bar.update(completed=done, info=f"accuracy so far {100 * correct / done:.1f}% ({correct}/{done})")
+        result, _ = evaluate(runner, workflow, tasks, seed=cfg.seed, success_component=cfg.eval.success_component,
+                             batch_tasks=cfg.eval.batch_tasks, on_progress=on_progress)
     if args.out:
         write_eval_json(args.out, result, label="eval", config=str(path))
     print(result.summary())
