@@ -313,7 +313,7 @@ class EvalConfig:
     success_component: str | None = None
     # held-out tasks rolled out together; progress (tasks done, running accuracy) shows after each
     # batch. None: all at once (one batch: no progress until the end)
-    batch_tasks: int | None = 32
+    batch_tasks: int | None = 64
 
     def __post_init__(self) -> None:
         _positive("eval.every", self.every, zero_ok=True)
