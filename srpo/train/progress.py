@@ -73,8 +73,8 @@ def _EtaColumn():  # a rich column, built lazily: rich is imported only when bar
 
     class EtaColumn(ProgressColumn):
         def render(self, task) -> Text:
-            done = task.completed - task.fields.get("start", 0)
-            left = eta_seconds(task.elapsed or 0.0, done, None if task.total is None else task.total - task.fields.get("start", 0))
+            done = task.completed - task.fields.get("first", 0)
+            left = eta_seconds(task.elapsed or 0.0, done, None if task.total is None else task.total - task.fields.get("first", 0))
             if left is None:
                 return Text("eta -:--:--")
             m, sec = divmod(int(round(left)), 60)
@@ -121,7 +121,7 @@ class RunProgress:
         """A new bar; transient bars disappear when closed (phases), the others stay (the run)."""
         if self._bars is None:
             return Bar(None, None, transient)
-        task = self._bars.add_task(description, total=total, completed=completed, info=info, start=completed)
+        task = self._bars.add_task(description, total=total, completed=completed, info=info, first=completed)
         return Bar(self, task, transient)
 
     def line(self, text: str) -> None:

@@ -53,3 +53,12 @@ def test_eta_is_the_mean_pace_times_what_is_left():
     # 3 steps took 30 s: 10 s each, 7 left -> 70 s
     assert eta_seconds(30.0, 3, 10) == pytest.approx(70.0)
     assert eta_seconds(5.0, 0, 10) is None and eta_seconds(5.0, 2, None) is None
+
+
+def test_bars_start_their_clock_even_when_resuming_mid_run():
+    # a run bar resumed at step 2 of 5: rich's task is started (elapsed counts), and the ETA
+    # counts only the steps done since
+    with RunProgress(enabled=True, stream=io.StringIO()) as p:
+        p.bar("train", total=5, completed=2)
+        (task,) = p._bars.tasks
+        assert task.started and task.elapsed is not None and task.fields["first"] == 2
