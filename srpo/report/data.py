@@ -92,6 +92,9 @@ def _evaluation(run: Path) -> dict[str, Any]:
     """Before / after accuracy, the paired test, and per problem the answers of both."""
     files = {p.stem: p for p in sorted((run / "eval").glob("*.json"))}
     evals = {name: _read_json(p) for name, p in files.items()}
+    # in run order: before, step-N by step, after
+    order = {n: (n != "before", n == "after", e.get("step") or 0) for n, e in evals.items()}
+    evals = dict(sorted(evals.items(), key=lambda item: order[item[0]]))
     out: dict[str, Any] = {"runs": [
         {k: e.get(k) for k in ("label", "step", "workflow", "n", "accuracy", "ci_low", "ci_high", "per_agent")}
         | {"name": name} for name, e in evals.items()]}

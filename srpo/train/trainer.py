@@ -427,7 +427,7 @@ class Trainer:
         """K epochs over the rollout batch; each epoch is exactly `minibatches` optimizer steps of
         whole sets (srpo.batch.split_sets), the same count on every rank. record: filled with
         each computed set's log-ratio and clipped share (the episode browser's; not the loss)."""
-        with self.progress.bar("update", total=None, transient=True) as bar:
+        with self.progress.bar("update", total=None, transient=True, info="forward and backward") as bar:
             return self._update(batch, record, bar)
 
     def _update(self, batch: FlatBatch, record: UpdateRecord | None, bar: Bar) -> dict[str, float]:

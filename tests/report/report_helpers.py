@@ -8,10 +8,13 @@ off-policy, so sets get non-zero log-ratios and some are clipped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,3 +62,42 @@ def make_smoke_run(root: Path) -> SmokeRun:
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory) -> SmokeRun:
     return make_smoke_run(tmp_path_factory.mktemp("report-run"))
+
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def chromium() -> str:
+    """The system Chromium (scripts/setup.sh installs it; SRPO_CHROMIUM names another). Missing:
+    the test fails, saying so; it never skips."""
+    path = os.environ.get("SRPO_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(path).is_file():
+        pytest.fail(f"the report's browser tests need Chromium, not found at {path}: run scripts/setup.sh "
+                    "(it runs `apt-get install -y chromium`) or set SRPO_CHROMIUM to a Chromium binary")
+    return path
+
+
+@contextlib.contextmanager
+def open_report(html: Path) -> Iterator:
+    """A Playwright page showing `html`, ready; page.errors (console errors and warnings, page
+    errors) and page.requests (anything not read from disk) are collected while it is open."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("the report's browser tests need the playwright package: pip install -e '.[dev]'")
+    errors: list[str] = []
+    requests: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.on("console", lambda m: errors.append(m.text) if m.type in ("error", "warning") else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("request", lambda r: None if r.url.startswith(("file:", "data:", "blob:")) else requests.append(r.url))
+        page.goto(html.as_uri())
+        page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+        page.errors, page.requests = errors, requests
+        try:
+            yield page
+        finally:
+            browser.close()

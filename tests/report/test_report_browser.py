@@ -15,39 +15,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from report_helpers import REPO, STEPS, smoke_run  # noqa: F401  (a fixture)
-
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-
-def _chromium() -> str:
-    path = os.environ.get("SRPO_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-    if not Path(path).is_file():
-        pytest.fail(f"the report's browser test needs Chromium, not found at {path}: run scripts/setup.sh "
-                    "(it runs `apt-get install -y chromium`) or set SRPO_CHROMIUM to a Chromium binary")
-    return path
-
+from report_helpers import STEPS, open_report, smoke_run  # noqa: F401  (a fixture)
 
 @pytest.fixture(scope="module")
 def page(smoke_run):
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.fail("the report's browser test needs the playwright package: pip install -e '.[dev]'")
-    errors: list[str] = []
-    requests: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=_chromium(), args=CHROMIUM_ARGS)
-        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
-        pg.on("console", lambda m: errors.append(m.text) if m.type in ("error", "warning") else None)
-        pg.on("pageerror", lambda e: errors.append(str(e)))
-        pg.on("request", lambda r: requests.append(r.url) if not r.url.startswith(("file:", "data:", "blob:")) else None)
-        pg.goto((smoke_run.run_dir / "report.html").as_uri())
-        pg.wait_for_selector("body[data-ready='1']", timeout=30_000)
-        pg.errors, pg.requests = errors, requests
+    with open_report(smoke_run.run_dir / "report.html") as pg:
         yield pg
-        browser.close()
 
 
 def _counts(page) -> tuple[int, dict[int, int]]:

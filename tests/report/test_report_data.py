@@ -72,7 +72,7 @@ def test_report_data_matches_the_run(smoke_run):
     assert len(data["episodes"]) == sum(r["rollout/episodes"] for r in rows)
     assert data["budget"]["steps_done"] == STEPS and data["budget"]["workflow"] == "mixed"
     ev = data["evaluation"]
-    assert {r["name"] for r in ev["runs"]} == {"before", "after"}
+    assert [r["name"] for r in ev["runs"]] == ["before", "after"]  # in run order
     assert ev["paired"]["n"] == len(ev["problems"]) == 8
     gained = sum(not p["before"]["correct"] and p["after"]["correct"] for p in ev["problems"])
     assert ev["paired"]["gained"] == gained
