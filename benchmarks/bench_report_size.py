@@ -33,8 +33,7 @@ def scale_run(src: Path, dst: Path, steps: int, eval_size: int) -> Path:
     with open(dst / "metrics.jsonl", "w") as f:
         evals = [r for r in rows if "eval/accuracy" in r]
         f.write(json.dumps({**evals[0], "step": 0}) + "\n")
-        for s in range(1, steps + 1):
-            f.write(json.dumps({**train[(s - 1) % len(train)], "step": s}) + "\n")
+        f.writelines(json.dumps({**train[(s - 1) % len(train)], "step": s}) + "\n" for s in range(1, steps + 1))
         f.write(json.dumps({**evals[-1], "step": steps}) + "\n")
     files = episodes_log.step_files(src)
     for s in range(1, steps + 1):
@@ -86,7 +85,10 @@ def main() -> None:
     run = scale_run(a.run, a.out / f"scaled-{a.steps}", a.steps, a.eval_size)
     html = write_report(run)
     gz = sum(p.stat().st_size for p, _ in episodes_log.step_files(run))
-    raw = sum(len(gzip.open(p).read()) for p, _ in episodes_log.step_files(run))
+    raw = 0
+    for p, _ in episodes_log.step_files(run):
+        with gzip.open(p) as f:
+            raw += len(f.read())
     print(f"{a.steps} steps, {a.eval_size} eval problems: report {html.stat().st_size:,} bytes; "
           f"episodes {gz:,} bytes gzip ({raw:,} as JSON)")
     times = open_seconds(html, a.repeat)

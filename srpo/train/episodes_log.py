@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -65,7 +66,7 @@ def _cut(text: str) -> str:
 
 
 def _num(x: float) -> float | None:
-    return None if x != x else float(x)  # NaN (not computed) -> null
+    return None if math.isnan(x) else float(x)  # NaN (not computed) -> null
 
 
 def kept_episodes(episodes: Sequence[Episode], limit: int | None) -> list[int]:

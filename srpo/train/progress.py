@@ -77,7 +77,7 @@ def _EtaColumn():  # a rich column, built lazily: rich is imported only when bar
             left = eta_seconds(task.elapsed or 0.0, done, None if task.total is None else task.total - task.fields.get("first", 0))
             if left is None:
                 return Text("eta -:--:--")
-            m, sec = divmod(int(round(left)), 60)
+            m, sec = divmod(round(left), 60)
             return Text(f"eta {m // 60}:{m % 60:02d}:{sec:02d}")
 
     return EtaColumn()
@@ -98,7 +98,13 @@ class RunProgress:
     def __enter__(self) -> RunProgress:
         if self.enabled:
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
 
             console = Console(file=self.stream, force_terminal=True, highlight=False)
             self._bars = Progress(

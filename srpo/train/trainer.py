@@ -52,6 +52,7 @@ from srpo.objective.methods import (
 from srpo.rollout.build import build_policies, build_rollout, load_tasks
 from srpo.rollout.policies import PolicySet
 from srpo.rollout.runner import rollout_metrics
+from srpo.train import episodes_log
 from srpo.train.checkpoint import (
     CheckpointError,
     TrainState,
@@ -69,7 +70,6 @@ from srpo.train.distributed import (
     init_distributed,
     sum_counts,
 )
-from srpo.train import episodes_log
 from srpo.train.episodes_log import UpdateRecord
 from srpo.train.evaluate import EvalResult, evaluate, write_eval_json
 from srpo.train.forward import batch_logprobs, check_training_sampling

@@ -44,24 +44,22 @@ class SmokeRun:
 _CACHE: dict[str, SmokeRun] = {}
 
 
-def make_smoke_run(root: Path) -> SmokeRun:
+def make_smoke_run(tmp_path_factory) -> SmokeRun:
+    """The run, made on first use (each test module asks for it through its own fixture)."""
     if "run" not in _CACHE:
+        root = tmp_path_factory.mktemp("report-run")
         run_dir = root / "smoke-mixed"
         env = {k: v for k, v in os.environ.items() if k != "SRPO_PROGRESS"}
         env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         with open(root / "stdout.log", "w") as out, open(root / "stderr.log", "w") as err:
             code = subprocess.run([sys.executable, "-m", "srpo.cli", "train", str(SMOKE),
                                    f"output_dir={run_dir}", *OVERRIDES],
-                                  stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=root).returncode
+                                  stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=root,
+                                  check=False).returncode
         stdout, stderr = (root / "stdout.log").read_text(), (root / "stderr.log").read_text()
         assert code == 0, f"srpo train failed ({code}):\n{stdout[-2000:]}\n{stderr[-3000:]}"
         _CACHE["run"] = SmokeRun(run_dir, stdout, stderr)
     return _CACHE["run"]
-
-
-@pytest.fixture(scope="session")
-def smoke_run(tmp_path_factory) -> SmokeRun:
-    return make_smoke_run(tmp_path_factory.mktemp("report-run"))
 
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -12,15 +12,20 @@ import json
 import os
 import shutil
 from collections import Counter
-from pathlib import Path
 
 import pytest
-from report_helpers import STEPS, open_report, smoke_run  # noqa: F401  (a fixture)
+from report_helpers import STEPS, SmokeRun, make_smoke_run, open_report
+
 
 @pytest.fixture(scope="module")
 def page(smoke_run):
     with open_report(smoke_run.run_dir / "report.html") as pg:
         yield pg
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory) -> SmokeRun:
+    return make_smoke_run(tmp_path_factory)
 
 
 def _counts(page) -> tuple[int, dict[int, int]]:
@@ -59,7 +64,7 @@ def test_filters_change_what_is_shown(page, smoke_run, tmp_path):
     sizes = page.locator("#f-size option").evaluate_all("os => os.map(o => o.value).filter(v => v)")
     big = max(sizes, key=int)
     page.select_option("#f-size", big)
-    n, sets = _counts(page)
+    n, _ = _counts(page)
     assert 0 < n < total and all(big in row[4].split("-") for row in _rows(page))
     assert page.locator("#ep-detail .transition.match").count() >= 1  # the matching sets are marked
     page.click("#f-reset")

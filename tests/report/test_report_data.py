@@ -10,12 +10,17 @@ import shutil
 from collections import Counter
 
 import pytest
-from report_helpers import STEPS, smoke_run  # noqa: F401  (a fixture)
+from report_helpers import STEPS, SmokeRun, make_smoke_run
 
 from srpo.cli import main
 from srpo.report import ReportError, collect_run, write_report
 from srpo.train import episodes_log
 from srpo.types import ActiveSet, Episode, Member, Task
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory) -> SmokeRun:
+    return make_smoke_run(tmp_path_factory)
 
 
 def _episodes(run_dir, step):
@@ -84,7 +89,7 @@ def test_the_report_is_one_self_contained_file(smoke_run):
     assert "report: " in smoke_run.stdout
     # nothing is loaded from elsewhere: no script, stylesheet or image by URL (the browser test
     # also checks that opening it requests nothing)
-    assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=", html, re.I)
+    assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=", html, re.IGNORECASE)
     # the embedded data is the run's, and no model output can end the data element early
     blob = html.split('<script type="application/json" id="report-data">', 1)[1].split("</script>", 1)[0]
     assert "<" not in blob

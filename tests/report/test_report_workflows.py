@@ -79,7 +79,7 @@ def _critic_loop(tmp_path: Path):
     """The user workflow of docs/workflows.md, loaded from its file."""
     text = (REPO / "docs" / "workflows.md").read_text().split("## Writing a workflow in one file", 1)[1]
     path = tmp_path / "critic_loop.py"
-    path.write_text(re.search(r"```python\n(.*?)```", text, re.S).group(1))
+    path.write_text(re.search(r"```python\n(.*?)```", text, re.DOTALL).group(1))
     return build_workflow(f"{path}:CriticLoop")
 
 
