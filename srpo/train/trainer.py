@@ -514,7 +514,7 @@ class Trainer:
             model.eval()
         n = len(self.heldout_tasks)
         if not self.progress.enabled:  # minutes may pass: say what is running
-            self.progress.line(f"[eval {label}] {n} held-out problems ...")
+            self.progress.line(f"evaluating ({label}): {n} held-out problems ...")
         with torch.no_grad(), self.progress.bar(f"eval {label}", total=n, transient=True) as bar:
             def on_progress(done: int, total: int, correct: int) -> None:
                 bar.update(completed=done, info=f"accuracy so far {100 * correct / done:.1f}% ({correct}/{done})")
