@@ -380,6 +380,7 @@ def _default_agents() -> dict[str, AgentConfig]:
     agents["answerer"] = AgentConfig(
         system_prompt="You answer questions from search results, as <answer>answer</answer>."
     )
+    agents["player"] = AgentConfig()  # the testbed's cover players: no system turn
     return agents
 
 
