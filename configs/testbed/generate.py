@@ -42,7 +42,7 @@ def preset(set_sizes: tuple[int, ...], rounds: int) -> dict:
         "sampling": {"temperature": 1.0, "max_new_tokens": 1},
         "group_size": 8,
         "seed": 0,
-        "train": {"method": "srpo", "steps": 100, "tasks_per_step": len(set_sizes), "lr": 3.0e-3,
+        "train": {"method": "srpo", "steps": 60, "tasks_per_step": len(set_sizes), "lr": 1.0e-2,
                   "micro_batch_tokens": 16384, "threads": 1},
         "eval": {"before": False, "after": False, "size": 0},
         "checkpoint": {"export": False, "plots": False, "tensorboard": False},
