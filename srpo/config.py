@@ -201,10 +201,27 @@ class SearchConfig:
 
 
 @dataclass
+class TestbedConfig:
+    """Testbed cover tasks (task.name: testbed; srpo.tasks.testbed, docs/testbed.md)."""
+
+    set_sizes: list[int] = field(default_factory=lambda: [4])  # k of each task, in turn
+    rounds: int = 1  # targets (transitions) per episode
+    alphabet_factor: int = 2  # m = alphabet_factor * k symbols per task
+
+    def __post_init__(self) -> None:
+        from srpo.tasks.testbed.tasks import CoverSpec
+
+        try:
+            CoverSpec(tuple(self.set_sizes), self.rounds, self.alphabet_factor)
+        except ValueError as e:
+            raise ConfigError(f"task.testbed: {e}") from e
+
+
+@dataclass
 class TaskConfig:
     """Where tasks come from and how answers are scored."""
 
-    name: str = "math"  # task family: "math" | "search" (settings in `search`)
+    name: str = "math"  # task family: "math" | "search" | "testbed" (settings in `search` / `testbed`)
     source: str = "reasoning_gym"  # "reasoning_gym" | "gsm8k" | "math500"
     dataset: str = "basic_arithmetic"  # reasoning_gym: the dataset name
     difficulty: dict[str, Any] = field(default_factory=dict)  # reasoning_gym: its config knobs
@@ -214,9 +231,10 @@ class TaskConfig:
     seed: int = 0  # generation seed of the splits
     reward: RewardConfig = field(default_factory=RewardConfig)  # math outcome reward
     search: SearchConfig = field(default_factory=SearchConfig)  # name "search": its settings
+    testbed: TestbedConfig = field(default_factory=TestbedConfig)  # name "testbed": its settings
 
     def __post_init__(self) -> None:
-        _one_of("task.name", self.name, ("math", "search"))
+        _one_of("task.name", self.name, ("math", "search", "testbed"))
         if self.name == "search" and self.reward != RewardConfig():
             raise ConfigError(
                 "task.reward is the math reward; a search task is scored by task.search "
@@ -373,6 +391,7 @@ def _default_agents() -> dict[str, AgentConfig]:
     agents["answerer"] = AgentConfig(
         system_prompt="You answer questions from search results, as <answer>answer</answer>."
     )
+    agents["player"] = AgentConfig()  # the testbed's cover players: no system turn
     return agents
 
 

@@ -92,6 +92,10 @@ def build_agents(cfg: Config) -> dict[str, AgentSpec]:
 
 
 def build_reward(cfg: TaskConfig) -> Any:
+    if cfg.name == "testbed":  # scored per set by the cover workflow
+        from srpo.tasks.testbed import CoverReward
+
+        return CoverReward()
     if cfg.name == "search":
         from srpo.tasks.search.rewards import SearchReward
 
@@ -127,6 +131,12 @@ def load_tasks(cfg: TaskConfig, *, split: str = "train", limit: int | None = Non
         size = limit
     if cfg.name == "search":
         return _search_questions(cfg, split)[:size]
+    if cfg.name == "testbed":
+        from srpo.tasks.testbed import CoverSpec, cover_tasks
+
+        t = cfg.testbed
+        spec = CoverSpec(tuple(t.set_sizes), t.rounds, t.alphabet_factor)
+        return cover_tasks(spec, size, seed=cfg.seed, split=split)
     if cfg.source == "reasoning_gym":
         from srpo.tasks.math import math_splits, reasoning_gym_tasks
 

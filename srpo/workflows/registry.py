@@ -33,6 +33,7 @@ from srpo.workflows.pipeline import Pipeline
 from srpo.workflows.planner import PlannerWorkers
 from srpo.workflows.routed import Routed
 from srpo.workflows.search import SEARCH_WORKFLOWS
+from srpo.tasks.testbed.workflow import Cover
 from srpo.workflows.single import SingleAgent
 
 Factory = Callable[..., Workflow]
@@ -168,5 +169,5 @@ _mixed.name = "mixed"  # type: ignore[attr-defined]
 _mixed.description = Mixed.description  # type: ignore[attr-defined]
 
 for _factory in (SingleAgent, Pipeline, ParallelAggregate, Debate, PlannerWorkers, _mixed, Routed,
-                 *SEARCH_WORKFLOWS):
+                 *SEARCH_WORKFLOWS, Cover):
     register_workflow(_factory)

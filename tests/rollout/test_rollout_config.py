@@ -132,7 +132,7 @@ def test_policies_from_config():
                       [f"agents.{a}.policy=solver_p" for a in (
                           "verifier", "reviser", "debater", "planner", "worker", "router",
                           "arithmetic_expert", "algebra_expert", "checker", "searcher",
-                          "query_writer", "answerer")])
+                          "query_writer", "answerer", "player")])
     ps = build_policies(cfg.model, cfg.policies)
     assert ps.kind == "lora" and ps.names == ("solver_p", "agg_p") and len(ps.models()) == 1
     cfg = load_config(SMOKE, ["policies.kind=separate", "policies.names=[a, b]",

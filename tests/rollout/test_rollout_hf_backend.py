@@ -168,8 +168,10 @@ def test_lora_adapter_per_role_switches_and_restores_flags(tok):
 # ----------------------------------------------------------------- end to end
 
 
-# the search workflows need a retriever: tests/search/test_search_workflows.py runs them end to end
-@pytest.mark.parametrize("name", [n for n, _ in list_workflows() if not n.startswith("search_")])
+# the search workflows need a retriever (tests/search/test_search_workflows.py runs them end to
+# end), the testbed's cover workflow its cover tasks (tests/testbed trains it on a tiny model)
+@pytest.mark.parametrize("name", [n for n, _ in list_workflows()
+                                  if not n.startswith("search_") and n != "cover"])
 def test_every_workflow_end_to_end_on_a_tiny_model(tiny, name):
     model, tok = tiny
     runner = RolloutRunner(make_agents(max_new_tokens=6), HFGenerateBackend(PolicySet.shared(model, tok)),

@@ -1,0 +1,296 @@
+"""Tables, preregistered tests and plots of the testbed mechanism study (srpo.study.mechanism).
+
+    write_report(spec)  -> writes <output>/results.md, summary.json, plots/*.png; returns the text
+
+Every number comes from the per-run records under <output>/cells; a cell whose runs are not all
+done is reported with the runs it has and marked incomplete, and a hypothesis whose cells are
+incomplete is reported as "not run yet", never tested on part of its seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from srpo.study.mechanism import Run, plan_runs
+from srpo.train.stats import wilson_interval
+
+TARGET_REWARD, TARGET_WINDOW = 0.9, 5
+STRESS_LEVELS = ("r4", "r16", "r4_lr3", "r4_lr10")  # H1: reuse >= 4
+BOOTSTRAP_DRAWS = 2000
+
+
+# ----------------------------------------------------------------- loading
+
+
+def load_records(spec: dict[str, Any]) -> tuple[dict[tuple, list[dict]], dict[tuple, int]]:
+    """({(block, preset, level, method): [record, ...]}, planned run count per cell)."""
+    output = Path(spec["output"])
+    records: dict[tuple, list[dict]] = defaultdict(list)
+    planned: dict[tuple, int] = defaultdict(int)
+    for run in plan_runs(spec):
+        key = (run.block, run.preset, run.level, run.method)
+        planned[key] += 1
+        path = run.record_path(output)
+        if path.exists():
+            records[key].append(json.loads(path.read_text()))
+    return records, planned
+
+
+# ----------------------------------------------------------------- statistics
+
+
+def mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def bootstrap_ci(xs: Sequence[float], draws: int = BOOTSTRAP_DRAWS, seed: int = 0) -> tuple[float, float]:
+    """95% percentile interval of the mean."""
+    if not xs:
+        return float("nan"), float("nan")
+    rng = random.Random(seed)
+    means = sorted(mean([rng.choice(xs) for _ in xs]) for _ in range(draws))
+    return means[int(0.025 * draws)], means[int(0.975 * draws) - 1]
+
+
+def steps_to_target(reward: Sequence[float | None]) -> int | None:
+    """First update (1-based) whose TARGET_WINDOW-update mean reward is >= TARGET_REWARD."""
+    r = [x if x is not None else 0.0 for x in reward]
+    for i in range(len(r) - TARGET_WINDOW + 1):
+        if mean(r[i : i + TARGET_WINDOW]) >= TARGET_REWARD:
+            return i + TARGET_WINDOW
+    return None
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values (same order as given)."""
+    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
+    adjusted = [0.0] * len(pvalues)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(pvalues) - rank) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Least-squares slope of ys on xs."""
+    mx, my = mean(xs), mean(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+
+
+def log_log_slope_ci(per_k: dict[int, list[float]], seed: int = 0) -> tuple[float, float, float]:
+    """Slope of log(mean value) on log(k), and its 95% bootstrap CI (runs resampled within k)."""
+    ks = sorted(per_k)
+    xs = [math.log(k) for k in ks]
+    point = slope(xs, [math.log(mean(per_k[k])) for k in ks])
+    rng = random.Random(seed)
+    draws = sorted(
+        slope(xs, [math.log(mean([rng.choice(per_k[k]) for _ in per_k[k]])) for k in ks])
+        for _ in range(BOOTSTRAP_DRAWS)
+    )
+    return point, draws[int(0.025 * BOOTSTRAP_DRAWS)], draws[int(0.975 * BOOTSTRAP_DRAWS) - 1]
+
+
+# ----------------------------------------------------------------- per cell
+
+
+def cell_summary(records: list[dict], planned: int) -> dict[str, Any]:
+    finals = [r["final"] for r in records if r["final"] is not None]
+    collapsed = sum(r["collapsed"] for r in records)
+    reasons: dict[str, int] = defaultdict(int)
+    for r in records:
+        if r["collapsed"]:
+            reasons[r["reason"]] += 1
+    _, lo, hi = wilson_interval(collapsed, len(records)) if records else (0.0, float("nan"), float("nan"))
+    reached = [steps_to_target(r["series"]["reward/mean"]) for r in records]
+    clip = [mean([c for c in r["series"]["clip/all/frac"] if c is not None] or [0.0]) for r in records]
+    return {
+        "runs": len(records), "planned": planned, "complete": len(records) == planned,
+        "collapsed": collapsed, "collapse_rate": collapsed / len(records) if records else float("nan"),
+        "collapse_ci": [lo, hi], "reasons": dict(reasons),
+        "final_mean": mean(finals), "final_ci": list(bootstrap_ci(finals)),
+        "reached_target": sum(s is not None for s in reached),
+        "steps_to_target_median": _median([s for s in reached if s is not None]),
+        "clip_frac_mean": mean(clip),
+    }
+
+
+def _median(xs: list[int]) -> float | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    mid = len(xs) // 2
+    return float(xs[mid]) if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+# ----------------------------------------------------------------- hypotheses
+
+
+def h1(records: dict[tuple, list[dict]], planned: dict[tuple, int]) -> dict[str, Any]:
+    """SRPO-mean collapses less often than GRPO and MAGRPO under reuse >= 4 (one-sided Fisher)."""
+    from scipy.stats import fisher_exact
+
+    def pooled(method: str) -> tuple[int, int, bool]:
+        keys = [("stress_core", "k4", lv, method) for lv in STRESS_LEVELS]
+        runs = [r for k in keys for r in records.get(k, [])]
+        complete = all(len(records.get(k, [])) == planned[k] for k in keys)
+        return sum(r["collapsed"] for r in runs), len(runs), complete
+
+    srpo = pooled("srpo_mean")
+    out: dict[str, Any] = {"srpo_mean": list(srpo[:2]), "comparisons": {}}
+    if not srpo[2] or not all(pooled(m)[2] for m in ("grpo", "magrpo")):
+        out["verdict"] = "not run yet"
+        return out
+    p_less, p_greater = [], []
+    for other in ("grpo", "magrpo"):
+        c, n, _ = pooled(other)
+        table = [[srpo[0], srpo[1] - srpo[0]], [c, n - c]]
+        p_less.append(fisher_exact(table, alternative="less")[1])
+        p_greater.append(fisher_exact(table, alternative="greater")[1])
+        out["comparisons"][other] = {"collapsed": [c, n]}
+    for other, pl, pg in zip(("grpo", "magrpo"), holm(p_less), holm(p_greater)):
+        out["comparisons"][other].update(p_srpo_lower_holm=pl, p_srpo_higher_holm=pg)
+    lower = all(c["p_srpo_lower_holm"] < 0.05 for c in out["comparisons"].values())
+    higher = any(c["p_srpo_higher_holm"] < 0.05 for c in out["comparisons"].values())
+    out["verdict"] = "supported" if lower else ("refuted" if higher else "undecided")
+    return out
+
+
+def _spread_per_k(records: dict[tuple, list[dict]], method: str, key: str) -> dict[int, list[float]]:
+    per_k: dict[int, list[float]] = {}
+    for k in (1, 2, 4, 8, 16):
+        values = []
+        for r in records.get(("sizes", f"k{k}", "r4", method), []):
+            series = [v for v in r["series"].get(key.format(k=k), []) if v is not None]
+            if series:
+                values.append(mean(series))
+        per_k[k] = values
+    return per_k
+
+
+def h2(records: dict[tuple, list[dict]], planned: dict[tuple, int]) -> dict[str, Any]:
+    """Slope of log(ratio spread) on log(k) per SRPO reduction (flat for mean/pooled, > 0.25 else)."""
+    methods = ("srpo_mean", "srpo_pooled", "srpo_member_sum", "srpo_sum")
+    complete = all(len(records.get(("sizes", f"k{k}", "r4", m), [])) == planned[("sizes", f"k{k}", "r4", m)]
+                   for m in methods for k in (1, 2, 4, 8, 16))
+    out: dict[str, Any] = {"slopes": {}, "grad_norm_slopes": {}}
+    for m in (*methods, "grpo"):
+        spread = _spread_per_k(records, m, "ratio/k{k}/log_std")
+        grad = _spread_per_k(records, m, "grad_norm/mean")
+        if all(spread.values()) and all(v > 0 for vs in spread.values() for v in vs):
+            out["slopes"][m] = log_log_slope_ci(spread)
+            out["spread_by_k"] = out.get("spread_by_k", {}) | {m: {k: mean(v) for k, v in spread.items()}}
+        if all(grad.values()):
+            out["grad_norm_slopes"][m] = log_log_slope_ci(grad)
+            out["grad_norm_by_k"] = out.get("grad_norm_by_k", {}) | {m: {k: mean(v) for k, v in grad.items()}}
+    if not complete or not all(m in out["slopes"] for m in methods):
+        out["verdict"] = "not run yet"
+        return out
+    flat = all(-0.25 <= out["slopes"][m][1] and out["slopes"][m][2] <= 0.25 for m in methods[:2])
+    grows = all(out["slopes"][m][1] > 0.25 for m in methods[2:])
+    outside = any(out["slopes"][m][2] < -0.25 or out["slopes"][m][1] > 0.25 for m in methods[:2]) or any(
+        out["slopes"][m][2] <= 0.25 for m in methods[2:])
+    out["verdict"] = "supported" if flat and grows else ("refuted" if outside else "undecided")
+    return out
+
+
+def h3(records: dict[tuple, list[dict]], planned: dict[tuple, int]) -> dict[str, Any]:
+    """SRPO ends higher than MAGRPO on the rounds preset, at r1 and r4 (Mann-Whitney, Holm)."""
+    from scipy.stats import mannwhitneyu
+
+    out: dict[str, Any] = {"levels": {}}
+    keys = [("credit", "rounds", lv, m) for lv in ("r1", "r4") for m in ("srpo_mean", "magrpo")]
+    if not all(len(records.get(k, [])) == planned[k] for k in keys):
+        out["verdict"] = "not run yet"
+        return out
+    ps, signs = [], []
+    for lv in ("r1", "r4"):
+        a = [r["final"] for r in records[("credit", "rounds", lv, "srpo_mean")]]
+        b = [r["final"] for r in records[("credit", "rounds", lv, "magrpo")]]
+        test = mannwhitneyu(a, b, alternative="two-sided")
+        ps.append(float(test.pvalue))
+        signs.append(mean(a) - mean(b))
+        out["levels"][lv] = {"srpo_mean": mean(a), "magrpo": mean(b), "p": float(test.pvalue)}
+    for lv, p in zip(("r1", "r4"), holm(ps)):
+        out["levels"][lv]["p_holm"] = p
+    sig = [out["levels"][lv]["p_holm"] < 0.05 for lv in ("r1", "r4")]
+    if all(sig) and all(s > 0 for s in signs):
+        out["verdict"] = "supported"
+    elif any(g and s < 0 for g, s in zip(sig, signs)):
+        out["verdict"] = "refuted"
+    else:
+        out["verdict"] = "undecided"
+    return out
+
+
+# ----------------------------------------------------------------- writing
+
+
+def _fmt(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def cell_table(summaries: dict[tuple, dict[str, Any]], block: str) -> list[str]:
+    lines = ["| preset | level | method | runs | collapsed (95% CI) | why | final reward (95% CI) | "
+             "reached 0.9 | median updates to 0.9 | clip frac |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for (b, preset, level, method), s in summaries.items():
+        if b != block or not s["runs"]:
+            continue
+        runs = f"{s['runs']}/{s['planned']}" + ("" if s["complete"] else " (incomplete)")
+        why = ", ".join(f"{k} {v}" for k, v in sorted(s["reasons"].items())) or "-"
+        lines.append(
+            f"| {preset} | {level} | {method} | {runs} | {s['collapsed']} = {100 * s['collapse_rate']:.0f}% "
+            f"[{100 * s['collapse_ci'][0]:.0f}, {100 * s['collapse_ci'][1]:.0f}] | {why} | "
+            f"{_fmt(s['final_mean'], 3)} [{_fmt(s['final_ci'][0], 3)}, {_fmt(s['final_ci'][1], 3)}] | "
+            f"{s['reached_target']}/{s['runs']} | {_fmt(s['steps_to_target_median'], 0)} | "
+            f"{_fmt(s['clip_frac_mean'], 3)} |")
+    return lines
+
+
+def write_report(spec: dict[str, Any]) -> str:
+    from srpo.study.mechanism_plots import write_plots
+
+    output = Path(spec["output"])
+    records, planned = load_records(spec)
+    summaries = {key: cell_summary(records.get(key, []), n) for key, n in planned.items()}
+    hypotheses = {"H1": h1(records, planned), "H2": h2(records, planned), "H3": h3(records, planned)}
+    plots = write_plots(records, output / "plots")
+    done = sum(len(v) for v in records.values())
+    lines = [f"# {spec['name']}: results", "",
+             f"Runs done: {done} of {sum(planned.values())} planned. Written by "
+             "`python -m srpo.study.mechanism report`; every number is read from `cells/`.", "",
+             "## Hypotheses", ""]
+    for name, h in hypotheses.items():
+        lines.append(f"- **{name}: {h['verdict']}** - `{json.dumps(_rounded(h))}`")
+    for block in spec["blocks"]:
+        lines += ["", f"## Block `{block}`", "", *cell_table(summaries, block)]
+    if plots:
+        lines += ["", "## Plots", ""] + [f"![{p.stem}](plots/{p.name})" for p in plots]
+    text = "\n".join(lines) + "\n"
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "results.md").write_text(text)
+    summary = {"hypotheses": _rounded(hypotheses),
+               "cells": [{"block": k[0], "preset": k[1], "level": k[2], "method": k[3], **_rounded(s)}
+                         for k, s in summaries.items()]}
+    (output / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return text
+
+
+def _rounded(x: Any) -> Any:
+    if isinstance(x, float):
+        return None if math.isnan(x) else float(f"{x:.4g}")
+    if isinstance(x, dict):
+        return {str(k): _rounded(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_rounded(v) for v in x]
+    return x
+
+
+__all__ = ["write_report", "load_records", "cell_summary", "h1", "h2", "h3", "steps_to_target", "holm"]

@@ -1,0 +1,10 @@
+"""The testbed task pack: cover tasks, a controlled multi-agent task for the objective.
+
+Trained by the real trainer and workflows with a tiny random-initialised model, a run takes
+seconds; see docs/testbed.md and configs/testbed/.
+"""
+
+from srpo.tasks.testbed.tasks import CoverReward, CoverSpec, coverage, cover_tasks, token_symbol
+from srpo.tasks.testbed.workflow import Cover
+
+__all__ = ["Cover", "CoverReward", "CoverSpec", "coverage", "cover_tasks", "token_symbol"]
