@@ -30,7 +30,7 @@ def _rewards(tmp_path: Path, method: str = "srpo", reduction: str | None = None,
     settings = f"{{reduction: {reduction}}}" if reduction else "{}"
     cfg = load_config(K2, [f"output_dir={tmp_path / 'run'}", f"train.method={method}",
                            f"train.method_settings={settings}", "train.lr=2e-2", "train.steps=30",
-                           "seed=0", *extra])
+                           "seed=0", "checkpoint.report=false", "checkpoint.episodes_per_step=0", *extra])
     return [h["reward/mean"] for h in Trainer(cfg).train().history]
 
 
