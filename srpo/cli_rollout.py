@@ -10,10 +10,10 @@ Each subparser gets a `handler(args) -> int` default (the process exit code): 0 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
-from srpo.workflows.base import RewardFailure
 
 
 def add_rollout_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -68,7 +68,7 @@ def rollout_command(args: argparse.Namespace) -> int:
     from srpo.config import load_config
     from srpo.rollout.build import build_rollout, build_workflow_from, load_tasks
     from srpo.rollout.records import write_jsonl
-    from srpo.rollout.runner import rollout_metrics
+    from srpo.rollout.runner import rollout_metrics, workflow_error_line
 
     try:
         cfg = load_config(args.config, args.overrides)
@@ -81,8 +81,11 @@ def rollout_command(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     try:
         result = runner.run(tasks, workflow, group_size=cfg.group_size)
-    except RewardFailure as e:
-        return _error(str(e), 1)
+    except Exception as e:  # a workflow's error: one line (SRPO_DEBUG=1: the traceback)
+        line = workflow_error_line(e)
+        if line is None or os.environ.get("SRPO_DEBUG"):
+            raise
+        return _error(f"{line} (SRPO_DEBUG=1 shows the traceback)", 1)
     n = write_jsonl(result.episodes, args.out, with_ids=args.with_ids)
     m = rollout_metrics(result.episodes)
     sizes = ", ".join(

@@ -29,6 +29,19 @@ def _split_args(config: str | None, overrides: list[str]) -> tuple[str | None, l
     return config, overrides
 
 
+def _workflow_error(command: str, error: Exception) -> int:
+    """A workflow's error as one line (exit 1); anything else, or SRPO_DEBUG set, re-raises."""
+    import os
+
+    from srpo.rollout.runner import workflow_error_line
+
+    line = workflow_error_line(error)
+    if line is None or os.environ.get("SRPO_DEBUG"):
+        raise error
+    print(f"{command}: {line} (SRPO_DEBUG=1 shows the traceback)", file=sys.stderr)
+    return 1
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from srpo.config import ConfigError, load_config
     from srpo.train.checkpoint import CheckpointError
@@ -36,6 +49,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from srpo.train.trainer import Trainer
 
     config, overrides = _split_args(args.config, args.overrides)
+    if args.workflow:  # as `workflow.name=...`, before the other overrides (a later one still wins)
+        overrides = [f"workflow.name={args.workflow}", *overrides]
     try:
         cfg = load_config(_resolve_config(config), overrides)
         start = time.perf_counter()
@@ -49,6 +64,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except CheckpointError as e:  # a checkpoint that does not fit the model: nothing was written
         print(f"srpo train: {e}", file=sys.stderr)
         return 2
+    except Exception as e:
+        return _workflow_error("srpo train", e)
     if not trainer.dist.is_main:  # data-parallel runs: rank 0 reports
         return 0
     wall = time.perf_counter() - start
@@ -91,8 +108,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     with RunProgress() as progress, progress.bar("eval", total=len(tasks), transient=True) as bar:
         def on_progress(done: int, total: int, correct: int) -> None:
             bar.update(completed=done, info=f"accuracy so far {100 * correct / done:.1f}% ({correct}/{done})")
-        result, _ = evaluate(runner, workflow, tasks, seed=cfg.seed, success_component=cfg.eval.success_component,
-                             batch_tasks=cfg.eval.batch_tasks, on_progress=on_progress)
+        try:
+            result, _ = evaluate(runner, workflow, tasks, seed=cfg.seed, success_component=cfg.eval.success_component,
+                                 batch_tasks=cfg.eval.batch_tasks, on_progress=on_progress)
+        except Exception as e:
+            return _workflow_error("srpo eval", e)
     if args.out:
         write_eval_json(args.out, result, label="eval", config=str(path))
     print(result.summary())
@@ -158,6 +178,8 @@ def add_train_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a multi-agent system (no CONFIG: the built-in default job)")
     p.add_argument("config", nargs="?", help="YAML preset (configs/*.yaml); default: the built-in CPU job")
     p.add_argument("overrides", nargs="*", help="key=value overrides, anywhere on the line, e.g. train.steps=4 output_dir=runs/x")
+    p.add_argument("--workflow", help="train another workflow than the configured one (a name or file.py:Class); "
+                                      "it starts from its own params, as a workflow.name=... override does")
     p.set_defaults(handler=_cmd_train)
 
     p = sub.add_parser("eval", help="held-out accuracy of a config or a run directory, per workflow and agent")

@@ -19,6 +19,7 @@ Rules (the loader is generic, so later sections only add dataclasses):
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import os
@@ -143,8 +144,15 @@ class AgentConfig:
 class WorkflowConfig:
     """Which workflow runs (see `srpo workflows`) and its parameters."""
 
-    name: str = "single"  # a registered workflow name
+    name: str = "single"  # a registered workflow name, or "file.py:Class" / "package.module:Class"
     params: dict[str, Any] = field(default_factory=dict)  # keyword arguments of its factory
+
+    def __post_init__(self) -> None:
+        # a workflow file is stored resolved, so a run's config.yaml names it from any directory
+        # (`srpo eval RUN_DIR` elsewhere); a path that does not exist is left for the registry's error
+        file, sep, cls = self.name.rpartition(":")
+        if sep and file.endswith(".py") and Path(file).is_file():
+            self.name = f"{Path(file).resolve()}:{cls}"
 
 
 @dataclass
@@ -695,6 +703,21 @@ def set_dotted(data: dict[str, Any], path: Sequence[str], value: Any, *, where: 
     node[path[-1]] = value
 
 
+def reset_params_of_a_changed_workflow(before: dict[str, Any], after: dict[str, Any],
+                                       overrides: Sequence[str]) -> None:
+    """An override that names another workflow (`workflow.name=...`, `srpo train --workflow`)
+    starts it from its own defaults: the file's `workflow.params` belong to the file's workflow
+    and would fail on (or silently configure) another one. Params given on the command line
+    (`workflow.params.x=`, `workflow.params={...}`, `workflow={...}`) are kept."""
+    if after["workflow"]["name"] == before["workflow"]["name"]:
+        return
+    keys = [o.split("=", 1)[0].strip() for o in overrides]
+    if any(k in ("workflow", "workflow.params") for k in keys):  # params given whole
+        return
+    after["workflow"]["params"] = {}
+    apply_overrides(after, [o for o, k in zip(overrides, keys) if k.startswith("workflow.params.")], Config)
+
+
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = (),
                 cls: type = Config, *, check_machine: bool = True) -> Any:
     """Config from a YAML file (None = all defaults) plus `key=value` overrides.
@@ -716,7 +739,11 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = (),
     cfg = from_dict(cls, data)
     if overrides:
         # Overrides edit the complete config (defaults included), then everything is re-validated.
-        cfg = from_dict(cls, apply_overrides(to_dict(cfg), overrides, cls))
+        full = to_dict(cfg)
+        edited = apply_overrides(copy.deepcopy(full), overrides, cls)
+        if cls is Config:
+            reset_params_of_a_changed_workflow(full, edited, overrides)
+        cfg = from_dict(cls, edited)
     if check_machine and isinstance(cfg, Config):
         check_environment(cfg)
     return cfg

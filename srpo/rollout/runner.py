@@ -46,6 +46,24 @@ class RolloutResult:
     stats: dict[str, float] = field(default_factory=dict)  # rounds, calls, tokens, seconds...
 
 
+RAISED_IN_WORKFLOW = "(raised while running "  # the note _advance adds to a workflow's exception
+
+
+def workflow_error_line(error: BaseException) -> str | None:
+    """One line for an error a workflow run raised (the workflow's own code, its reward, or a
+    contract the runner checks: all name the workflow and task), None for anything else (a bug
+    of srpo's own, which keeps its traceback). The CLI prints it instead of a traceback unless
+    SRPO_DEBUG is set."""
+    from srpo.workflows.base import RewardFailure
+
+    notes = [n for n in getattr(error, "__notes__", ()) if n.startswith(RAISED_IN_WORKFLOW)]
+    message = str(error)
+    if not (notes or isinstance(error, RewardFailure) or
+            (isinstance(error, (ValueError, TypeError)) and message.startswith("workflow '"))):
+        return None
+    return " ".join([f"{type(error).__name__}: {message}", *notes])
+
+
 @dataclass(eq=False)
 class _Live:
     """One running episode: its context, generator and the requests of the current round."""
@@ -55,6 +73,7 @@ class _Live:
     requests: list[GenerationRequest] = field(default_factory=list)
     targets: list[Output] = field(default_factory=list)  # output each request fills/extends
     single: bool = False  # the workflow yielded one request (reply with one Output)
+    declared: frozenset[str] = frozenset()  # the workflow's `agents`: the only roles it may ask
     done: bool = False
     value: Any = None  # what run() returned (the reward components)
 
@@ -156,9 +175,8 @@ class RolloutRunner:
         dupes = sorted(i for i, n in Counter(t.task_id for t in tasks).items() if n > 1)
         if dupes:
             raise ValueError(f"duplicate task ids {dupes[:5]}: task ids must be unique per run")
-        check_agent_names(
-            getattr(workflow, "agents", ()), self.agents, where=f"workflow {workflow.name!r}"
-        )
+        declared = frozenset(getattr(workflow, "agents", ()))
+        check_agent_names(sorted(declared), self.agents, where=f"workflow {workflow.name!r}")
         start = time.perf_counter()
         calls0, tokens0 = self.backend.stats.calls, self.backend.stats.generated_tokens
         lives = []
@@ -167,7 +185,7 @@ class RolloutRunner:
                 ctx = EpisodeContext(
                     task, workflow.name, rollout_index=g, seed=self.seed, runner=self
                 )
-                lives.append(_Live(ctx=ctx, gen=workflow.run(task, ctx)))
+                lives.append(_Live(ctx=ctx, gen=workflow.run(task, ctx), declared=declared))
         for live in lives:
             self._advance(live, None)
         rounds = 0
@@ -209,11 +227,10 @@ class RolloutRunner:
 
     def start_episode(self, task: Task, workflow: Workflow, *, rollout_index: int = 0) -> EpisodeDriver:
         """One episode to drive request by request (EpisodeDriver)."""
-        check_agent_names(
-            getattr(workflow, "agents", ()), self.agents, where=f"workflow {workflow.name!r}"
-        )
+        declared = frozenset(getattr(workflow, "agents", ()))
+        check_agent_names(sorted(declared), self.agents, where=f"workflow {workflow.name!r}")
         ctx = EpisodeContext(task, workflow.name, rollout_index=rollout_index, seed=self.seed, runner=self)
-        return EpisodeDriver(self, _Live(ctx=ctx, gen=workflow.run(task, ctx)))
+        return EpisodeDriver(self, _Live(ctx=ctx, gen=workflow.run(task, ctx), declared=declared))
 
     def _where(self, lv: _Live) -> str:
         c = lv.ctx
@@ -229,7 +246,7 @@ class RolloutRunner:
             lv.value = stop.value
             return
         except Exception as e:
-            e.add_note(f"(raised while running {self._where(lv)})")
+            e.add_note(f"{RAISED_IN_WORKFLOW}{self._where(lv)})")
             raise
         single = not isinstance(yielded, list)
         items = [yielded] if single else yielded
@@ -250,6 +267,12 @@ class RolloutRunner:
             item = Request(*item)
         if isinstance(item, Request):
             check_agent_names([item.agent], self.agents, where=self._where(lv))
+            if item.agent not in lv.declared:
+                raise ValueError(
+                    f"{self._where(lv)}: requested agent {item.agent!r}, which the workflow does not "
+                    f"declare in its `agents` {sorted(lv.declared)}; a workflow may only ask the "
+                    f"roles it declares (they are checked against the config before it runs)"
+                )
             spec = self.agents[item.agent]
             messages = tuple(spec.messages(item.content))
             prompt_ids = self.tokenize_chat(spec.policy, messages)

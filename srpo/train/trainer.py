@@ -705,6 +705,10 @@ def _scatter_rows(batch: FlatBatch, pieces: list[tuple[list[int], torch.Tensor]]
 
 def _progress_line(step: int, steps: int, m: dict[str, Any], timer: PhaseTimer) -> str:
     phases = " ".join(f"{k} {v:.1f}s" for k, v in timer.seconds.items())
+    # the loss of an on-policy step is ~0 by construction (ratio 1, advantages centered within
+    # each group: loss = -sum_S w_S A_S); its gradient is not, hence the gradient norm beside it
+    grads = [v for k, v in m.items() if k.startswith("grad_norm/")]
+    grad = f"{sum(grads) / len(grads):.3f}" if grads else "-"
     return (f"step {step}/{steps}  reward {m.get('reward/mean', float('nan')):.3f}  "
-            f"loss {m.get('loss', float('nan')):+.4f}  clip {m.get('clip/all/frac', 0.0):.3f}  "
+            f"loss {m.get('loss', float('nan')):+.4f}  grad {grad}  clip {m.get('clip/all/frac', 0.0):.3f}  "
             f"kl {m.get('approx_kl', 0.0):.2e}  gen {m['throughput/gen_tokens_per_s']:.0f} tok/s  [{phases}]")

@@ -61,6 +61,25 @@ def test_unknown_agent_requested_at_run_time(tok):
         runner.run(make_tasks(1), Sneaky())
 
 
+def test_a_configured_agent_the_workflow_does_not_declare_is_refused(tok):
+    """docs/workflows.md: a workflow's `agents` are the roles it may ask (checked against the
+    config before it runs); asking another configured role is an error, not a silent run."""
+    class Undeclared:
+        name, description, agents = "undeclared", "asks a configured role it did not declare", ("solver",)
+
+        def run(self, task, ctx):
+            out = yield Request("verifier", "hi")
+            ctx.transition("x", [out])
+            return ctx.score(out)
+
+    runner, _ = scripted_runner(tok)
+    with pytest.raises(ValueError, match=r"workflow 'undeclared', task 't0'.*agent 'verifier'.*does not "
+                                         r"declare in its `agents` \['solver'\]"):
+        runner.run(make_tasks(1), Undeclared())
+    with pytest.raises(ValueError, match=r"agent 'verifier'.*does not declare"):
+        runner.start_episode(make_tasks(1)[0], Undeclared())  # the first round is asked at once
+
+
 def test_unknown_policy_names_agent_and_known_policies(tok):
     backend = ScriptedBackend(PolicySet.scripted(tok, ["shared"]), {})
     agents = [AgentSpec("solver", policy="lora_solver")]

@@ -4,7 +4,18 @@ Trained by the real trainer and workflows with a tiny random-initialised model, 
 seconds; see docs/testbed.md and configs/testbed/.
 """
 
+from typing import Any
+
 from srpo.tasks.testbed.tasks import CoverReward, CoverSpec, coverage, cover_tasks, token_symbol
-from srpo.tasks.testbed.workflow import Cover
 
 __all__ = ["Cover", "CoverReward", "CoverSpec", "coverage", "cover_tasks", "token_symbol"]
+
+
+def __getattr__(name: str) -> Any:
+    # the workflow is imported on first use: srpo.config imports this package (task.testbed's
+    # checks) and srpo.workflows imports the workflow, so an eager import here would be a cycle
+    if name == "Cover":
+        from srpo.tasks.testbed.workflow import Cover
+
+        return Cover
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
