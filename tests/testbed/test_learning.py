@@ -3,6 +3,11 @@ optimum 1.0) within 30 updates from a fixed seed, on-policy and with a rollout b
 4 optimizer steps. A sign error or advantages credited to the wrong sets fail here (shown by
 breaking each on purpose), before any study is run.
 
+What it cannot catch: a normalizer that is wrong by a constant factor (a loss scaled by 2, an
+advantage divided by the wrong constant). AdamW is invariant to a constant scale of the loss, so
+such a run learns exactly as fast; the normalizers are checked against hand-computed values in
+tests/unit (weights, reductions, advantages) instead.
+
 Measured when written (2-core CPU): every case reaches a 5-step mean reward >= 0.9 by update
 4-14 and holds 1.0 at the end; each run takes 1-2 s.
 """
