@@ -535,7 +535,8 @@ def _check_optimizer(path: Path, optimizer: torch.optim.Optimizer, saved: Mappin
 
 
 def load_checkpoint(
-    path_or_run_dir: str | Path, state: TrainState, *, allow_config_change: bool = False
+    path_or_run_dir: str | Path, state: TrainState, *, allow_config_change: bool = False,
+    files_verified: bool = False,
 ) -> TrainState:
     """Restore a checkpoint into `state`'s objects in place and return the resumed state.
 
@@ -543,7 +544,9 @@ def load_checkpoint(
     Weights, optimizers, schedulers and the global RNGs are restored in place; the returned
     TrainState carries the checkpoint's step and data_state (and the same objects). All checks
     run before any object is modified. Raises FileNotFoundError if there is no checkpoint and a
-    CheckpointError subclass naming the problem otherwise.
+    CheckpointError subclass naming the problem otherwise. files_verified: the caller has just
+    run `verify_checkpoint` on this checkpoint (the trainer does, when it picks it), so the
+    files' sha256 are not computed a second time.
     """
     ckpt = _resolve(path_or_run_dir)
     meta = _read_marker(ckpt)
@@ -558,7 +561,8 @@ def load_checkpoint(
     _check_names("optimizers", ckpt, set(state.optimizers), set(meta["optimizers"]))
     with_sched = {n for n, e in meta["optimizers"].items() if e["scheduler"]}
     _check_names("LR schedulers", ckpt, set(state.schedulers), with_sched)
-    _check_files(ckpt, meta["files"])
+    if not files_verified:
+        _check_files(ckpt, meta["files"])
 
     for name, model in state.policies.items():
         _check_policy(ckpt / meta["policies"][name]["file"], model, meta["policies"][name])

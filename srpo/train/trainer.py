@@ -553,7 +553,8 @@ class Trainer:
         cfg, t = self.cfg, self.cfg.train
         main = self.dist.is_main
         if self._resume_from is not None:  # before anything is written: a bad checkpoint changes nothing
-            loaded = load_checkpoint(self._resume_from, self._state())
+            # _find_resume_checkpoint verified every file's checksum when it picked the checkpoint
+            loaded = load_checkpoint(self._resume_from, self._state(), files_verified=True)
             self.step = int(loaded.data_state["next_step"])
         if main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
