@@ -15,7 +15,6 @@ import sys
 import time
 
 
-
 def add_rollout_commands(subparsers: argparse._SubParsersAction) -> None:
     """Register `rollout` and `workflows` on an argparse subparsers object."""
     p = subparsers.add_parser(

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from srpo.study.mechanism import Run, plan_runs
+from srpo.study.mechanism import plan_runs
 from srpo.train.stats import wilson_interval
 
 TARGET_REWARD, TARGET_WINDOW = 0.9, 5
@@ -237,8 +237,8 @@ def _fmt(x: float | None, digits: int = 2) -> str:
 
 
 def cell_table(summaries: dict[tuple, dict[str, Any]], block: str) -> list[str]:
-    lines = ["| preset | level | method | runs | collapsed (95% CI) | why | final reward (95% CI) | "
-             "reached 0.9 | median updates to 0.9 | clip frac |",
+    lines = [("| preset | level | method | runs | collapsed (95% CI) | why | final reward (95% CI) | "
+              "reached 0.9 | median updates to 0.9 | clip frac |"),
              "|---|---|---|---|---|---|---|---|---|---|"]
     for (b, preset, level, method), s in summaries.items():
         if b != block or not s["runs"]:
@@ -264,8 +264,8 @@ def write_report(spec: dict[str, Any]) -> str:
     plots = write_plots(records, output / "plots")
     done = sum(len(v) for v in records.values())
     lines = [f"# {spec['name']}: results", "",
-             f"Runs done: {done} of {sum(planned.values())} planned. Written by "
-             "`python -m srpo.study.mechanism report`; every number is read from `cells/`.", "",
+             (f"Runs done: {done} of {sum(planned.values())} planned. Written by "
+              "`python -m srpo.study.mechanism report`; every number is read from `cells/`."), "",
              "## Hypotheses", ""]
     for name, h in hypotheses.items():
         lines.append(f"- **{name}: {h['verdict']}** - `{json.dumps(_rounded(h))}`")
@@ -293,4 +293,4 @@ def _rounded(x: Any) -> Any:
     return x
 
 
-__all__ = ["write_report", "load_records", "cell_summary", "h1", "h2", "h3", "steps_to_target", "holm"]
+__all__ = ["cell_summary", "h1", "h2", "h3", "holm", "load_records", "steps_to_target", "write_report"]

@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pytest
 
-import srpo.objective.methods as methods
 from srpo.config import load_config
-from srpo.objective import METHODS
+from srpo.objective import METHODS, methods
 from srpo.objective.advantages import AdvantageResult
 from srpo.train.trainer import Trainer
 

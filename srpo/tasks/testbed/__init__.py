@@ -6,9 +6,9 @@ seconds; see docs/testbed.md and configs/testbed/.
 
 from typing import Any
 
-from srpo.tasks.testbed.tasks import CoverReward, CoverSpec, coverage, cover_tasks, token_symbol
+from srpo.tasks.testbed.tasks import CoverReward, CoverSpec, cover_tasks, coverage, token_symbol
 
-__all__ = ["Cover", "CoverReward", "CoverSpec", "coverage", "cover_tasks", "token_symbol"]
+__all__ = ["Cover", "CoverReward", "CoverSpec", "cover_tasks", "coverage", "token_symbol"]
 
 
 def __getattr__(name: str) -> Any:
