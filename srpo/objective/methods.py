@@ -98,6 +98,11 @@ class MethodSpec:
     max_log_ratio: float = 20.0  # clamp of the log-ratio before exp
 
     def __post_init__(self) -> None:
+        # a YAML config gives lists (method_settings: {group_keys: [task, event]})
+        for name in ("group_keys", "scale_keys"):
+            value = getattr(self, name)
+            if isinstance(value, (list, str)):
+                object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value))
         if self.ratio_unit not in RATIO_UNIT_LOSSES:
             raise ValueError(f"{self.name}: unknown ratio unit {self.ratio_unit!r}")
         if self.advantage_unit not in ADVANTAGE_UNITS:

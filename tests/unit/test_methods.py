@@ -210,3 +210,15 @@ def test_step_and_loss_metrics_values(batch):
     assert lm["set_ratio/k1/log_mean"] == pytest.approx(0.0)
     # GRPO's own unit is the token: 2 of 12 response tokens have delta 0.3 -> mean 0.05
     assert lm["ratio/all/log_mean"] == pytest.approx(0.3 * 2 / 12)
+
+
+def test_group_keys_from_a_yaml_list_become_a_tuple_and_are_checked():
+    """method_settings: {group_keys: [task, event]} in a config (a list) works like the tuple."""
+    from srpo.config import load_config
+
+    cfg = load_config(None, ["train.method_settings={group_keys: [task, event]}"], check_machine=False)
+    spec = get_method("srpo", **cfg.train.method_settings)
+    assert spec.group_keys == ("task", "event") and spec == get_method("srpo", group_keys=("task", "event"))
+    assert get_method("srpo", group_keys="task").group_keys == ("task",)
+    with pytest.raises(ValueError, match="cannot be grouped by 'agent'"):
+        get_method("srpo", group_keys=["task", "agent"])
