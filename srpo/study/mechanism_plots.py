@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 LEVEL_ORDER = ("r1", "r4", "r16", "r4_lr3", "r4_lr10")
+STRESS_BLOCKS = ("stress_core", "stress_fair", "stress_all")  # sets of 4 on the stress levels
 
 
 def _band(runs: list[list[float | None]]) -> tuple[list[float], list[float], list[float]]:
@@ -57,7 +58,7 @@ def _collapse(records: dict, path: Path) -> Path | None:
 
     from srpo.train.stats import wilson_interval
 
-    methods = sorted({k[3] for k, v in records.items() if k[0] in ("stress_core", "stress_all") and v})
+    methods = sorted({k[3] for k, v in records.items() if k[0] in STRESS_BLOCKS and v})
     if not methods:
         return None
     fig, ax = plt.subplots(figsize=(8, 3.8))
@@ -66,7 +67,7 @@ def _collapse(records: dict, path: Path) -> Path | None:
         xs, ys, err = [], [], [[], []]
         for j, lv in enumerate(LEVEL_ORDER):
             runs = [r for k, v in records.items() for r in v
-                    if k[0] in ("stress_core", "stress_all") and k[2] == lv and k[3] == method]
+                    if k[0] in STRESS_BLOCKS and k[2] == lv and k[3] == method]
             if not runs:
                 continue
             c = sum(r["collapsed"] for r in runs)
@@ -131,6 +132,7 @@ def write_plots(records: dict, folder: Path) -> list[Path]:
         _by_size(records, "ratio/k{k}/log_std", "std of the method's own log-ratio", folder / "ratio_spread_by_size.png"),
         _by_size(records, "grad_norm/mean", "gradient norm (mean over policies)", folder / "grad_norm_by_size.png"),
         _curves(records, "credit", "rounds", "H3: 3 rounds of 4, per-transition credit", folder / "credit_curves.png"),
+        _curves(records, "stress_fair", "k4", "H6: fair clip ranges, sets of 4", folder / "stress_fair_curves.png"),
         _curves(records, "stress_all", "k4", "H4: other methods, sets of 4", folder / "stress_all_curves.png"),
     ]
     return [p for p in made if p is not None]

@@ -132,29 +132,36 @@ def _median(xs: list[int]) -> float | None:
 # ----------------------------------------------------------------- hypotheses
 
 
-def h1(records: dict[tuple, list[dict]], planned: dict[tuple, int]) -> dict[str, Any]:
-    """SRPO-mean collapses less often than GRPO and MAGRPO under reuse >= 4 (one-sided Fisher)."""
+def _complete(records: dict[tuple, list[dict]], planned: dict[tuple, int], key: tuple) -> bool:
+    """Every planned run of the cell is done (a cell the spec does not plan is not complete)."""
+    return planned.get(key, 0) > 0 and len(records.get(key, [])) == planned[key]
+
+
+def h1(records: dict[tuple, list[dict]], planned: dict[tuple, int], *, block: str = "stress_core",
+       srpo_method: str = "srpo_mean", others: tuple[str, str] = ("grpo", "magrpo")) -> dict[str, Any]:
+    """SRPO-mean collapses less often than GRPO and MAGRPO under reuse >= 4 (one-sided Fisher).
+    H6 is the same test on block stress_fair (the methods with fair clip ranges)."""
     from scipy.stats import fisher_exact
 
     def pooled(method: str) -> tuple[int, int, bool]:
-        keys = [("stress_core", "k4", lv, method) for lv in STRESS_LEVELS]
+        keys = [(block, "k4", lv, method) for lv in STRESS_LEVELS]
         runs = [r for k in keys for r in records.get(k, [])]
-        complete = all(len(records.get(k, [])) == planned[k] for k in keys)
+        complete = all(_complete(records, planned, k) for k in keys)
         return sum(r["collapsed"] for r in runs), len(runs), complete
 
-    srpo = pooled("srpo_mean")
-    out: dict[str, Any] = {"srpo_mean": list(srpo[:2]), "comparisons": {}}
-    if not srpo[2] or not all(pooled(m)[2] for m in ("grpo", "magrpo")):
+    srpo = pooled(srpo_method)
+    out: dict[str, Any] = {srpo_method: list(srpo[:2]), "comparisons": {}}
+    if not srpo[2] or not all(pooled(m)[2] for m in others):
         out["verdict"] = "not run yet"
         return out
     p_less, p_greater = [], []
-    for other in ("grpo", "magrpo"):
+    for other in others:
         c, n, _ = pooled(other)
         table = [[srpo[0], srpo[1] - srpo[0]], [c, n - c]]
         p_less.append(fisher_exact(table, alternative="less")[1])
         p_greater.append(fisher_exact(table, alternative="greater")[1])
         out["comparisons"][other] = {"collapsed": [c, n]}
-    for other, pl, pg in zip(("grpo", "magrpo"), holm(p_less), holm(p_greater)):
+    for other, pl, pg in zip(others, holm(p_less), holm(p_greater)):
         out["comparisons"][other].update(p_srpo_lower_holm=pl, p_srpo_higher_holm=pg)
     lower = all(c["p_srpo_lower_holm"] < 0.05 for c in out["comparisons"].values())
     higher = any(c["p_srpo_higher_holm"] < 0.05 for c in out["comparisons"].values())
@@ -177,8 +184,7 @@ def _spread_per_k(records: dict[tuple, list[dict]], method: str, key: str) -> di
 def h2(records: dict[tuple, list[dict]], planned: dict[tuple, int]) -> dict[str, Any]:
     """Slope of log(ratio spread) on log(k) per SRPO reduction (flat for mean/pooled, > 0.25 else)."""
     methods = ("srpo_mean", "srpo_pooled", "srpo_member_sum", "srpo_sum")
-    complete = all(len(records.get(("sizes", f"k{k}", "r4", m), [])) == planned[("sizes", f"k{k}", "r4", m)]
-                   for m in methods for k in (1, 2, 4, 8, 16))
+    complete = all(_complete(records, planned, ("sizes", f"k{k}", "r4", m)) for m in methods for k in (1, 2, 4, 8, 16))
     out: dict[str, Any] = {"slopes": {}, "grad_norm_slopes": {}}
     for m in (*methods, "grpo"):
         spread = _spread_per_k(records, m, "ratio/k{k}/log_std")
@@ -206,7 +212,7 @@ def h3(records: dict[tuple, list[dict]], planned: dict[tuple, int]) -> dict[str,
 
     out: dict[str, Any] = {"levels": {}}
     keys = [("credit", "rounds", lv, m) for lv in ("r1", "r4") for m in ("srpo_mean", "magrpo")]
-    if not all(len(records.get(k, [])) == planned[k] for k in keys):
+    if not all(_complete(records, planned, k) for k in keys):
         out["verdict"] = "not run yet"
         return out
     ps, signs = [], []
@@ -260,7 +266,9 @@ def write_report(spec: dict[str, Any]) -> str:
     output = Path(spec["output"])
     records, planned = load_records(spec)
     summaries = {key: cell_summary(records.get(key, []), n) for key, n in planned.items()}
-    hypotheses = {"H1": h1(records, planned), "H2": h2(records, planned), "H3": h3(records, planned)}
+    hypotheses = {"H1": h1(records, planned), "H2": h2(records, planned), "H3": h3(records, planned),
+                  "H6": h1(records, planned, block="stress_fair", srpo_method="srpo_mean_fair",
+                           others=("grpo_fair", "magrpo_fair"))}
     plots = write_plots(records, output / "plots")
     done = sum(len(v) for v in records.values())
     lines = [f"# {spec['name']}: results", "",

@@ -91,6 +91,7 @@ def test_h1_and_h3_verdicts_on_records_with_a_known_answer(tmp_path):
     assert r3["verdict"] == "supported" and r3["levels"]["r4"]["p_holm"] < 1e-6
     text = write_report(spec)
     assert "**H1: supported**" in text and "**H3: supported**" in text and "**H2: not run yet**" in text
+    assert "**H6: not run yet**" in text  # its block is not in this spec: never tested on nothing
     assert (out / "plots" / "stress_core_curves.png").exists() and (out / "summary.json").exists()
 
     # the same data with the roles swapped refutes H1; a missing run makes it "not run yet"
