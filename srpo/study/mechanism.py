@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
-import json
 import math
 import os
 import shutil
@@ -186,11 +185,11 @@ def execute(spec: dict[str, Any], run: Run, scratch: Path) -> dict[str, Any]:
             "wall_seconds": round(wall, 2), "error": error, **verdict, "series": series}
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
+def _write_record(path: Path, data: dict[str, Any]) -> None:
+    from srpo.study.runner import _write_json
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, separators=(",", ":")) + "\n")
-    os.replace(tmp, path)
+    _write_json(path, data, compact=True)
 
 
 def pending_runs(spec: dict[str, Any], blocks: set[str] | None = None) -> list[Run]:
@@ -217,7 +216,7 @@ def work(spec_path: str, worker: int, jobs: int, deadline: float | None, blocks:
                 return 0
             t0 = time.perf_counter()
             record = execute(spec, run, scratch)
-            _write_json(run.record_path(output), record)
+            _write_record(run.record_path(output), record)
             durations.append(time.perf_counter() - t0)
             print(f"[worker {worker}] {i + 1}/{len(mine)} {run.label}: final {record['final']} "
                   f"collapsed={record['collapsed']} ({durations[-1]:.1f} s)", flush=True)

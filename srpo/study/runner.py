@@ -92,9 +92,12 @@ def _read_json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
+def _write_json(path: Path, data: dict[str, Any], *, compact: bool = False) -> None:
+    """Atomic: a reader sees the old file or the new one, never half of it. compact: no
+    indentation (the mechanism study's per-run records, ~2,000 of them)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    text = json.dumps(data, separators=(",", ":")) if compact else json.dumps(data, indent=1)
+    tmp.write_text(text + "\n")
     os.replace(tmp, path)
 
 
