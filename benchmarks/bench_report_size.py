@@ -19,7 +19,7 @@ import shutil
 import statistics
 from pathlib import Path
 
-from srpo.report import write_report
+from srpo.train.report import write_report
 from srpo.train import episodes_log
 
 

@@ -50,7 +50,7 @@ import torch  # noqa: E402
 from srpo.batch import build_flat_batch  # noqa: E402
 from srpo.config import Config, load_config  # noqa: E402
 from srpo.objective.methods import prepare_step  # noqa: E402
-from srpo.rollout.build import build_agents, build_reward, build_workflow_from, load_tasks  # noqa: E402
+from srpo.build import build_agents, build_reward, build_workflow_from, load_tasks  # noqa: E402
 from srpo.rollout.runner import rollout_metrics  # noqa: E402
 from srpo.train.trainer import Trainer  # noqa: E402
 from srpo.types import Task  # noqa: E402

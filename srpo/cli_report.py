@@ -1,4 +1,4 @@
-"""`srpo report RUN_DIR [--out FILE]`: one self-contained HTML page of a run (srpo.report)."""
+"""`srpo report RUN_DIR [--out FILE]`: one self-contained HTML page of a run (srpo.train.report)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from srpo.report import ReportError, write_report
+    from srpo.train.report import ReportError, write_report
 
     try:
         path = write_report(args.run_dir, args.out)

@@ -49,7 +49,7 @@ def add_rollout_commands(subparsers: argparse._SubParsersAction) -> None:
 def workflows_command(args: argparse.Namespace) -> int:
     from srpo.workflows.registry import list_workflows
 
-    items = list_workflows()
+    items = list_workflows()  # the built-ins and the installed task packs' (search_*, cover)
     width = max(len(n) for n, _ in items)
     for name, description in items:
         print(f"{name:<{width}}  {description}")
@@ -65,7 +65,7 @@ def rollout_command(args: argparse.Namespace) -> int:
     import torch
 
     from srpo.config import load_config
-    from srpo.rollout.build import build_rollout, build_workflow_from, load_tasks
+    from srpo.build import build_rollout, build_workflow_from, load_tasks
     from srpo.rollout.records import write_jsonl
     from srpo.rollout.runner import rollout_metrics, workflow_error_line
 
@@ -99,6 +99,7 @@ def rollout_command(args: argparse.Namespace) -> int:
         f"{time.perf_counter() - start:.1f} s ({result.stats['tokens_per_s']:.0f} tok/s, "
         f"{int(result.stats['generate_calls'])} generate calls)"
     )
-    if "route/invalid" in m:
-        print(f"  invalid router choices: {int(m['route/invalid'])}")
+    invalid = [e.metadata["route_invalid"] for e in result.episodes if "route_invalid" in e.metadata]
+    if invalid:  # the routed workflows record 0/1 per episode
+        print(f"  invalid router choices: {int(sum(invalid))}")
     return 0

@@ -82,7 +82,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from srpo.config import ConfigError, load_config
     from srpo.train.checkpoint import CheckpointError
-    from srpo.rollout.build import build_rollout, load_tasks
+    from srpo.build import build_rollout, load_tasks, task_pack
     from srpo.train.evaluate import evaluate, write_eval_json
 
     config, overrides = _split_args(args.config, args.overrides)
@@ -109,7 +109,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         def on_progress(done: int, total: int, correct: int) -> None:
             bar.update(completed=done, info=f"accuracy so far {100 * correct / done:.1f}% ({correct}/{done})")
         try:
-            result, _ = evaluate(runner, workflow, tasks, seed=cfg.seed, success_component=cfg.eval.success_component,
+            result, _ = evaluate(runner, workflow, tasks, seed=cfg.seed, success_component=cfg.eval.success_component or task_pack(cfg).success_component,
                                  batch_tasks=cfg.eval.batch_tasks, on_progress=on_progress)
         except Exception as e:
             return _workflow_error("srpo eval", e)
@@ -124,7 +124,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 def _run_policies(run_dir: Path, cfg):
     """(policies, what is evaluated) for a run directory: its exported policies (checksums
     checked), else its newest complete checkpoint, else the untrained initial policies, said so."""
-    from srpo.rollout.build import build_policies
+    from srpo.build import build_policies
     from srpo.train.checkpoint import latest_checkpoint, load_checkpoint_policies
     from srpo.train.trainer import checkpointed_models
 

@@ -11,7 +11,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
+
+# One chat turn: {"role": "system" | "user" | "assistant", "content": str}.
+Message = dict[str, str]
+
+
+def check_template(template: str, fields: Sequence[str], *, where: str) -> str:
+    """Raise ValueError unless `template` formats with exactly the given named fields."""
+    try:
+        template.format(**{f: "" for f in fields})
+    except (KeyError, IndexError, ValueError) as e:
+        raise ValueError(
+            f"{where}: bad template {template!r}: {e!r}; it may use {list(fields)} (write {{{{ "
+            f"and }}}} for literal braces)"
+        ) from e
+    return template
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from srpo.workflows.base import check_template
-
-Message = dict[str, str]  # one chat turn: {"role": "system"|"user"|"assistant", "content": str}
+from srpo.types import Message, check_template
 
 
 @dataclass(frozen=True)

@@ -128,6 +128,8 @@ class RolloutRunner:
     reward_fn: (task, final answer text) -> RewardResult | mapping | float. Errors propagate
         as RewardFailure naming task, agent and workflow.
     seed: seeds each episode's ctx.rng (workflow-level randomness, e.g. mixed's draw).
+    answer_key: (text) -> the final answer it states, normalized, or None; what majority votes
+        compare (the task pack's; default: the whole text, whitespace-normalized).
     """
 
     def __init__(
@@ -137,6 +139,7 @@ class RolloutRunner:
         reward_fn: RewardFn,
         *,
         seed: int = 0,
+        answer_key: Callable[[str], str | None] | None = None,
     ):
         if not isinstance(agents, Mapping):
             agents = {a.name: a for a in agents}
@@ -148,6 +151,7 @@ class RolloutRunner:
         self.backend = backend
         self.reward_fn = reward_fn
         self.seed = seed
+        self.answer_key = answer_key
 
     # ------------------------------------------------------------------ tokenization
 
@@ -182,9 +186,7 @@ class RolloutRunner:
         lives = []
         for task in tasks:
             for g in range(group_size):
-                ctx = EpisodeContext(
-                    task, workflow.name, rollout_index=g, seed=self.seed, runner=self
-                )
+                ctx = self.episode_context(task, workflow.name, rollout_index=g)
                 lives.append(_Live(ctx=ctx, gen=workflow.run(task, ctx), declared=declared))
         for live in lives:
             self._advance(live, None)
@@ -229,8 +231,15 @@ class RolloutRunner:
         """One episode to drive request by request (EpisodeDriver)."""
         declared = frozenset(getattr(workflow, "agents", ()))
         check_agent_names(sorted(declared), self.agents, where=f"workflow {workflow.name!r}")
-        ctx = EpisodeContext(task, workflow.name, rollout_index=rollout_index, seed=self.seed, runner=self)
+        ctx = self.episode_context(task, workflow.name, rollout_index=rollout_index)
         return EpisodeDriver(self, _Live(ctx=ctx, gen=workflow.run(task, ctx), declared=declared))
+
+    def episode_context(self, task: Task, workflow_name: str, *, rollout_index: int) -> EpisodeContext:
+        """The context of one episode: this runner's reward, tokenizer and answer key, as
+        plain callables (a workflow never sees the runner)."""
+        return EpisodeContext(task, workflow_name, rollout_index=rollout_index, seed=self.seed,
+                              reward_fn=self.reward_fn, tokenize=self.tokenize_text,
+                              answer_key=self.answer_key)
 
     def _where(self, lv: _Live) -> str:
         c = lv.ctx
@@ -393,7 +402,8 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     event/<key>: sets per event key; workflow/<name>: episodes per workflow;
     tokens/generated: trained (loss_mask 1) tokens; length/<agent>: mean response length;
     stop/length: share of members cut by the token budget; members/empty: members whose
-    response is only the eos token; route/invalid: episodes whose router output did not parse.
+    response is only the eos token; episode/<key>: the mean of a number the workflow recorded in
+    episode metadata (e.g. episode/route_invalid, the share of unparsable router outputs).
     """
     out: dict[str, float] = {"episodes": float(len(episodes))}
     if not episodes:
@@ -434,21 +444,18 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         out[f"length/{a}"] = sum(lengths[a]) / len(lengths[a])
     for w, n in sorted(Counter(e.workflow for e in episodes).items()):
         out[f"workflow/{w}"] = float(n)
-    routed = [e for e in episodes if "route_invalid" in e.metadata]
-    if routed:
-        out["route/invalid"] = float(sum(int(e.metadata["route_invalid"]) for e in routed))
-        out["route/invalid_rate"] = out["route/invalid"] / len(routed)
-    # Tool-use counters and diagnostics that workflows record per episode (search calls,
-    # malformed tags, truncations, retrieval recall@k, unweighted answer scores): mean per episode
-    # over the episodes that report them.
+    # What workflows record per episode as numbers in metadata (tool calls, malformed tags,
+    # recall@k, votes, invalid routes as 0/1...): the mean per episode over the episodes that
+    # report it, as episode/<key> (a 0/1 flag's mean is its rate). The runner's own
+    # bookkeeping (rollout_index) is not a metric; non-numbers (lists of reasons) are skipped.
     values: dict[str, list[float]] = {}
     for e in episodes:
         for k, v in e.metadata.items():
-            if k.startswith(EPISODE_DIAGNOSTIC_PREFIXES) and isinstance(v, (int, float)):
+            if k not in NOT_EPISODE_METRICS and isinstance(v, (int, float)):
                 values.setdefault(k, []).append(float(v))
     for k in sorted(values):
         out[f"episode/{k}"] = sum(values[k]) / len(values[k])
     return out
 
 
-EPISODE_DIAGNOSTIC_PREFIXES = ("search_", "recall_", "score_", "plan_")
+NOT_EPISODE_METRICS = frozenset({"rollout_index"})

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from srpo.study.mechanism import plan_runs
+from srpo.study.mechanism_plan import plan_runs
 from srpo.train.stats import wilson_interval
 
 TARGET_REWARD, TARGET_WINDOW = 0.9, 5

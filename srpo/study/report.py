@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from srpo.report.study import write_study_page
+from srpo.train.report.study import write_study_page
 from srpo.study.runner import Cell, iter_results, read_metrics
 from srpo.study.spec import StudySpec
 from srpo.train.stats import Interval, paired_comparison

@@ -1,29 +1,8 @@
-"""Task sources and their rewards: what agents are asked and how their answers are graded.
+"""Task packs: each subpackage is one task family plugged into the core through one
+`srpo.packs.TaskPack` (tasks, reward, evaluation success, agent prompts, workflows,
+environment): `math` (reasoning-gym, GSM8K, MATH-500), `search` (multi-turn retrieval) and
+`testbed` (cover tasks for the objective). `records_io` reads their JSONL / Parquet files.
 
-Each source yields `srpo.types.Task` records; each reward maps (task, text) to a result with
-named components. Math lives in `srpo.tasks.math` (re-exported here for convenience).
+The core imports none of them; they are found by the entry points of group "srpo.task_packs"
+(pyproject.toml). See docs/architecture.md.
 """
-
-from srpo.tasks.math import (
-    MathReward,
-    RewardError,
-    RewardResult,
-    extract_answer,
-    load_gsm8k,
-    load_math500,
-    math_splits,
-    reasoning_gym_tasks,
-    score_answer,
-)
-
-__all__ = [
-    "MathReward",
-    "RewardError",
-    "RewardResult",
-    "extract_answer",
-    "load_gsm8k",
-    "load_math500",
-    "math_splits",
-    "reasoning_gym_tasks",
-    "score_answer",
-]

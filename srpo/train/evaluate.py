@@ -81,24 +81,20 @@ def greedy_runner(runner: RolloutRunner, seed: int) -> RolloutRunner:
     return RolloutRunner(agents, runner.backend, runner.reward_fn, seed=seed)
 
 
-# The reward component that says "solved": math rewards have "correct", search rewards "em"
-# (exact match of the answer), a reward function returning a plain number gives "reward" (see
-# normalize_reward). The first one present is used.
-SUCCESS_COMPONENTS = ("correct", "em", "reward")
+def success_component_of(reward_fn: Any) -> str:
+    """The reward component that says "solved" when none is given: the reward function's own
+    `success_component` attribute (MathReward: "correct", SearchReward: "em"; a task pack
+    states it too), else "reward", the component of a reward function returning a number."""
+    name = getattr(reward_fn, "success_component", None)
+    return name if isinstance(name, str) and name else "reward"
 
 
-def _is_correct(components: dict[str, float], success: str | None = None) -> bool:
+def _is_correct(components: dict[str, float], success: str) -> bool:
     """Solved = the success component is > 0 (components are weighted: give it a weight)."""
-    if success is not None:
-        if success not in components:
-            raise ValueError(f"eval.success_component {success!r} is not a reward component "
-                             f"(got {sorted(components)})")
-        return components[success] > 0
-    for name in SUCCESS_COMPONENTS:
-        if name in components:
-            return components[name] > 0
-    raise ValueError(f"the reward has none of the success components {SUCCESS_COMPONENTS} "
-                     f"(got {sorted(components)})")
+    if success not in components:
+        raise ValueError(f"the success component {success!r} (eval.success_component) is not a "
+                         f"reward component (got {sorted(components)})")
+    return components[success] > 0
 
 
 def evaluate(
@@ -113,14 +109,15 @@ def evaluate(
     on_progress: Callable[[int, int, int], None] | None = None,
 ) -> tuple[EvalResult, list[Episode]]:
     """Runs `workflow` greedily once on each task. agent_scorer(task, text) -> correct; default:
-    the runner's reward function's success component (`success_component`, else "correct",
-    else "em"). batch_tasks: tasks rolled out together (None: all at once); after each batch
+    the reward component `success_component` > 0 (default: the reward function's own, see
+    success_component_of). batch_tasks: tasks rolled out together (None: all at once); after each batch
     on_progress(tasks done, tasks, correct so far) is called (a progress bar's hook)."""
     if not tasks:
         raise ValueError("evaluate needs at least one held-out task")
     if batch_tasks is not None and batch_tasks < 1:
         raise ValueError(f"batch_tasks must be >= 1 (or None: all at once), got {batch_tasks}")
     start = time.perf_counter()
+    success_component = success_component or success_component_of(runner.reward_fn)
     tasks = list(tasks)
     size = batch_tasks or len(tasks)
     greedy = greedy_runner(runner, seed)  # its draws depend on (seed, task), not on the batching

@@ -7,7 +7,8 @@ rollouts (which load the same Config) but that make training fail late or learn 
     load_config checks them too, this covers configs built in code);
   * group_size >= 2 for a method whose advantages are relative within a task's group;
   * every model named is "tiny", "smollm2" or an existing local folder;
-  * a local GSM8K / MATH-500 file: no held-out question recurs in the training part.
+  * the task pack's checks (math: a local GSM8K / MATH-500 file's held-out questions do not
+    recur in its training part).
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ from srpo.config import Config, ConfigError, check_environment
 
 def preflight(cfg: Config) -> None:
     """Every check of a training run that needs no model; raises on the first problem."""
-    from srpo.rollout.build import check_model_source
+    from srpo.build import check_model_source
 
     check_environment(cfg)
     check_group_size(cfg)
     for model in (cfg.model, *cfg.policies.models.values()):  # before any data file is read
         check_model_source(model)
-    check_math_file_split(cfg)
+    check_task_pack(cfg)
 
 
 def check_group_size(cfg: Config) -> None:
@@ -44,17 +45,11 @@ def check_group_size(cfg: Config) -> None:
         )
 
 
-def check_math_file_split(cfg: Config) -> None:
-    """A local GSM8K / MATH-500 file is split by position (held-out = its first
-    task.heldout_size records, train = the next task.train_size): refuse a question in both.
+def check_task_pack(cfg: Config) -> None:
+    """The task pack's own checks (e.g. math: a local GSM8K / MATH-500 file's held-out
+    questions must not recur in its training part)."""
+    from srpo.build import task_pack
 
-    reasoning-gym splits are disjoint by construction (math_splits), so only files are read.
-    """
-    task = cfg.task
-    if task.name != "math" or task.source == "reasoning_gym":
-        return
-    from srpo.rollout.build import load_tasks
-    from srpo.tasks.math.loaders import check_heldout_overlap
-
-    check_heldout_overlap(load_tasks(task, split="heldout"), load_tasks(task, split="train"),
-                          source=str(task.path))
+    pack = task_pack(cfg)
+    if pack.check is not None:
+        pack.check(cfg.task)

@@ -49,7 +49,7 @@ from srpo.objective.methods import (
     step_counts,
     with_step_weights,
 )
-from srpo.rollout.build import build_policies, build_rollout, load_tasks
+from srpo.build import build_policies, build_rollout, load_tasks, task_pack
 from srpo.rollout.policies import PolicySet
 from srpo.rollout.runner import rollout_metrics
 from srpo.train import episodes_log
@@ -185,6 +185,8 @@ class Trainer:
                 # HF applies it in train mode only, so rollouts and no-grad passes are unaffected
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.runner, self.workflow = build_rollout(cfg, policies=self.policies)
+        # the reward component evaluation counts as solved: the config's, else the task pack's
+        self.success_component = cfg.eval.success_component or task_pack(cfg).success_component
         check_training_sampling({a: self.runner.agents[a].sampling for a in self.workflow.agents})
         self.pad_id = self._pad_token_id()
         self.params = policy_parameters(self.policies)
@@ -519,7 +521,7 @@ class Trainer:
             def on_progress(done: int, total: int, correct: int) -> None:
                 bar.update(completed=done, info=f"accuracy so far {100 * correct / done:.1f}% ({correct}/{done})")
             result, episodes = evaluate(self.runner, self.workflow, self.heldout_tasks, seed=self.cfg.seed,
-                                        success_component=self.cfg.eval.success_component,
+                                        success_component=self.success_component,
                                         batch_tasks=self.cfg.eval.batch_tasks, on_progress=on_progress)
         self.progress.line(f"[eval {label}] {result.summary()}  per agent: "
                            + ", ".join(f"{a} {100 * v:.1f}%" for a, v in sorted(result.per_agent.items())))
@@ -543,7 +545,7 @@ class Trainer:
         with self.progress:
             result = self._train()
         if self.dist.is_main and self.cfg.checkpoint.report:
-            from srpo.report import write_report
+            from srpo.train.report import write_report
 
             path = write_report(self.run_dir)
             print(f"report: {path}", flush=True)

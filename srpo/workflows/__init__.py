@@ -22,7 +22,7 @@ from srpo.workflows.planner import PlannerWorkers, parse_plan
 from srpo.workflows.registry import build_workflow, list_workflows, register_workflow
 from srpo.workflows.routed import RouteError, Routed, parse_route
 from srpo.workflows.single import SingleAgent
-from srpo.workflows.voting import majority, math_answer_key
+from srpo.workflows.voting import majority
 
 __all__ = [
     "Continue",
@@ -43,7 +43,6 @@ __all__ = [
     "check_template",
     "list_workflows",
     "majority",
-    "math_answer_key",
     "parse_plan",
     "parse_route",
     "register_workflow",

@@ -30,17 +30,17 @@ import math
 import random
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, Union, runtime_checkable
+from typing import Any, Callable, Protocol, Union, runtime_checkable
 
-from srpo.types import ActiveSet, Member, Task
+from srpo.types import ActiveSet, Member, Message, Task, check_template
 
-if TYPE_CHECKING:
-    from srpo.rollout.runner import RolloutRunner
+__all__ = ["Continue", "EpisodeContext", "GenericRoles", "Message", "Output", "Request",
+           "RewardFailure", "Workflow", "WorkflowRun", "check_template", "normalize_reward"]
 
-
-# One chat turn, {"role": ..., "content": ...} (the same alias as srpo.rollout.agents.Message;
-# not imported from there so that srpo.workflows imports without srpo.rollout).
-Message = dict[str, str]
+# What an episode context is given (plain callables: a workflow never sees the runner).
+ScoreFn = Callable[[Task, str], Any]  # (task, final answer text) -> reward result
+TokenizeFn = Callable[[str, str], list[int]]  # (policy, text) -> token ids
+AnswerKey = Callable[[str], "str | None"]  # a text's final answer, normalized (voting); None: none
 
 
 @dataclass(frozen=True)
@@ -152,10 +152,14 @@ class EpisodeContext:
     rng: a random.Random private to this episode (deterministic in seed, task, rollout).
     metadata: free-form dict copied into Episode.metadata (counts, parse failures, routes...).
     workflow_name: the name recorded on the episode (a mixed workflow sets its pick's name).
+    reward_fn: (task, answer text) -> reward result; what `score` calls.
+    tokenize: (policy, text) -> ids without special-token additions; what `observe` calls.
+    answer_key: (text) -> the final answer it states, normalized, or None (majority votes
+        compare these); given by the task pack (default: the stripped text itself).
     """
 
     def __init__(self, task: Task, workflow_name: str, *, rollout_index: int, seed: int,
-                 runner: RolloutRunner):
+                 reward_fn: ScoreFn, tokenize: TokenizeFn, answer_key: AnswerKey | None = None):
         self.task = task
         self.workflow_name = workflow_name
         self.rollout_index = rollout_index
@@ -164,7 +168,9 @@ class EpisodeContext:
         self.metadata: dict[str, Any] = {}
         self.transitions: list[ActiveSet] = []
         self.outputs: list[Output] = []
-        self._runner = runner
+        self._reward_fn = reward_fn
+        self._tokenize = tokenize
+        self.answer_key: AnswerKey = answer_key or _whole_text_answer
 
     # ------------------------------------------------------------------ transitions
 
@@ -227,7 +233,7 @@ class EpisodeContext:
             if agent is None:
                 raise ValueError("ctx.score(text) needs agent= naming who produced the text")
         try:
-            result = self._runner.reward_fn(self.task, text)
+            result = self._reward_fn(self.task, text)
             components = normalize_reward(result, what="the reward")
         except Exception as e:
             raise RewardFailure(self.task.task_id, agent, self.workflow_name, e) from e
@@ -249,7 +255,7 @@ class EpisodeContext:
                 f"workflow {self.workflow_name!r}: cannot append an observation to the output of "
                 f"agent {output.agent!r}, it was already consumed by {output.consumed_by!r}"
             )
-        ids = self._runner.tokenize_text(output.policy, text)
+        ids = self._tokenize(output.policy, text)
         output.response_ids.extend(ids)
         output.loss_mask.extend([0] * len(ids))
         if output.logprobs is not None:
@@ -260,7 +266,15 @@ class EpisodeContext:
 
 @runtime_checkable
 class Workflow(Protocol):
-    """What the runner needs from a workflow (see module doc)."""
+    """What the runner needs from a workflow (see module doc).
+
+    Optional, looked up with getattr by srpo.build:
+      default_agents: {role: {"system_prompt", "template", "sampling", "policy"}} defaults of
+          the roles it declares (a task pack's prompts and the config's `agents` overlay them);
+          a role with no default anywhere must be configured.
+      with_environment(env) -> workflow: a copy bound to the environment the task pack builds
+          (e.g. a retriever); a workflow that defines it is refused with a pack that has none.
+    """
 
     name: str
     description: str
@@ -273,13 +287,20 @@ class Workflow(Protocol):
     def run(self, task: Task, ctx: EpisodeContext) -> WorkflowRun: ...
 
 
-def check_template(template: str, fields: Sequence[str], *, where: str) -> str:
-    """Raise ValueError unless `template` formats with exactly the given named fields."""
-    try:
-        template.format(**{f: "" for f in fields})
-    except (KeyError, IndexError, ValueError) as e:
-        raise ValueError(
-            f"{where}: bad template {template!r}: {e!r}; it may use {list(fields)} (write {{{{ "
-            f"and }}}} for literal braces)"
-        ) from e
-    return template
+def _whole_text_answer(text: str) -> str | None:
+    """The default answer key: the whole text, whitespace-normalized (None if empty)."""
+    key = " ".join(text.split())
+    return key or None
+
+
+class GenericRoles:
+    """default_agents of a built-in generic workflow: each of its standard roles (those of its
+    default parameters, e.g. parallel's "solver" and "aggregator") exists with the plain
+    defaults (no system turn, the template "{input}"); the task pack supplies the prompts (the
+    math pack's "Solve the math problem..."). A role renamed in the params (aggregator: judge)
+    has no default: the config defines it."""
+
+    @property
+    def default_agents(self) -> dict[str, dict[str, Any]]:
+        standard = set(type(self)().agents)  # type: ignore[call-arg]
+        return {role: {} for role in self.agents if role in standard}  # type: ignore[attr-defined]

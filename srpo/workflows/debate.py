@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from srpo.types import Task
-from srpo.workflows.base import EpisodeContext, Request, WorkflowRun, check_template
+from srpo.workflows.base import GenericRoles, EpisodeContext, Request, WorkflowRun, check_template
 from srpo.workflows.voting import majority
 
 FIRST_PROMPT = "{question}"
@@ -23,7 +23,7 @@ DEBATE_PROMPT = (
 
 
 @dataclass
-class Debate:
+class Debate(GenericRoles):
     """Transitions: "round-1" ... "round-r", each {n debaters}. Reward: the majority answer.
 
     debaters: the role of each debater slot (n = len(debaters); a role may repeat).
@@ -67,6 +67,6 @@ class Debate:
                 requests.append(Request(agent, prompt))
             answers = yield requests
         ctx.transition(f"round-{self.rounds}", answers)
-        winner, votes = majority(answers)
+        winner, votes = majority(answers, ctx.answer_key)
         ctx.metadata["votes"] = votes
         return ctx.score(winner)

@@ -43,6 +43,15 @@ class Mixed:
     def agents(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(a for _, wf in self.components for a in wf.agents))
 
+    @property
+    def default_agents(self) -> dict[str, dict]:
+        """The components' role defaults (a role's first component's wins)."""
+        out: dict[str, dict] = {}
+        for _, wf in self.components:
+            for role, fields in (getattr(wf, "default_agents", None) or {}).items():
+                out.setdefault(role, fields)
+        return out
+
     def pick(self, task: Task, seed: int) -> Workflow:
         rng = random.Random(f"{seed}/{task.task_id}/mixed")
         weights = [w for w, _ in self.components]

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from srpo.types import Task
-from srpo.workflows.base import EpisodeContext, Request, WorkflowRun, check_template
+from srpo.workflows.base import GenericRoles, EpisodeContext, Request, WorkflowRun, check_template
 
 SOLVE_PROMPT = "{question}"
 AGGREGATE_PROMPT = (
@@ -25,7 +25,7 @@ def numbered(texts: Sequence[str], label: str = "Solution") -> str:
 
 
 @dataclass
-class ParallelAggregate:
+class ParallelAggregate(GenericRoles):
     """k solvers (all `solver`, or the roles listed in `solvers`) then `aggregator`.
 
     Transitions: "solve" {k solvers}, "aggregate" {aggregator}. Reward: the aggregator's answer.

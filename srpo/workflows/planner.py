@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 
 from srpo.types import Task
-from srpo.workflows.base import EpisodeContext, Request, WorkflowRun, check_template
+from srpo.workflows.base import GenericRoles, EpisodeContext, Request, WorkflowRun, check_template
 from srpo.workflows.parallel import numbered
 
 PLAN_PROMPT = (
@@ -43,7 +43,7 @@ def parse_plan(text: str) -> list[str]:
 
 
 @dataclass
-class PlannerWorkers:
+class PlannerWorkers(GenericRoles):
     """Transitions: "plan" {planner}, "work" {workers} (+ "merge" {merger} when set)."""
 
     planner: str = "planner"

@@ -32,8 +32,6 @@ from srpo.workflows.parallel import ParallelAggregate
 from srpo.workflows.pipeline import Pipeline
 from srpo.workflows.planner import PlannerWorkers
 from srpo.workflows.routed import Routed
-from srpo.workflows.search import SEARCH_WORKFLOWS
-from srpo.tasks.testbed.workflow import Cover
 from srpo.workflows.single import SingleAgent
 
 Factory = Callable[..., Workflow]
@@ -56,8 +54,33 @@ def register_workflow(factory: Factory, *, name: str | None = None,
     return factory
 
 
+# Workflows of installed task packs (srpo.tasks.search's, the testbed's cover, a third party's)
+# are found through entry points of this group and imported on first use, so this module
+# imports no task pack.
+ENTRY_POINT_GROUP = "srpo.workflows"
+
+
+def _installed() -> dict[str, Any]:
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def _load_installed(name: str, entry_point: Any) -> Factory:
+    factory = entry_point.load()
+    problem = _not_a_workflow_class(factory)
+    if problem or getattr(factory, "name", None) != name:
+        raise ValueError(f"workflow entry point {name!r} ({entry_point.value}): "
+                         f"{problem or 'its class is named ' + repr(getattr(factory, 'name', None))}")
+    return register_workflow(factory)
+
+
 def list_workflows() -> list[tuple[str, str]]:
-    """(name, one-line description) of every registered workflow, in registration order."""
+    """(name, one-line description) of every registered workflow, the built-ins first, then
+    the installed task packs' (loaded on this call)."""
+    for name, entry_point in _installed().items():
+        if name not in _REGISTRY:
+            _load_installed(name, entry_point)
     return [(n, d) for n, (_, d) in _REGISTRY.items()]
 
 
@@ -122,12 +145,16 @@ def build_workflow(name: str, params: Mapping[str, Any] | None = None) -> Workfl
     "my_package.my_module:MyWorkflow" or "path/to/my_workflow.py:MyWorkflow", so a workflow
     written in one file runs from a config or the CLI without registering it anywhere.
     """
+    installed = {} if name in _REGISTRY or ":" in name else _installed()
     if name in _REGISTRY:
         factory, _ = _REGISTRY[name]
+    elif name in installed:
+        factory = _load_installed(name, installed[name])
     elif ":" in name:
         factory = _import_factory(name)
     else:
-        raise ValueError(f"unknown workflow {name!r}; known workflows: {sorted(_REGISTRY)} "
+        raise ValueError(f"unknown workflow {name!r}; known workflows: "
+                         f"{sorted(set(_REGISTRY) | set(installed))} "
                          f"(or give a user workflow as 'module:Class' / 'file.py:Class')")
     params = dict(params or {})
     known = _params_of(factory)
@@ -168,6 +195,7 @@ def _mixed(workflows: list[Mapping[str, Any]] | None = None) -> Mixed:
 _mixed.name = "mixed"  # type: ignore[attr-defined]
 _mixed.description = Mixed.description  # type: ignore[attr-defined]
 
-for _factory in (SingleAgent, Pipeline, ParallelAggregate, Debate, PlannerWorkers, _mixed, Routed,
-                 *SEARCH_WORKFLOWS, Cover):
+# The generic built-ins. A task pack's own workflows (search, cover) come from entry points
+# (above), or are registered when a pack given by file is loaded (srpo.packs.register_pack).
+for _factory in (SingleAgent, Pipeline, ParallelAggregate, Debate, PlannerWorkers, _mixed, Routed):
     register_workflow(_factory)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from srpo.types import Task
-from srpo.workflows.base import EpisodeContext, Request, WorkflowRun, check_template
+from srpo.workflows.base import GenericRoles, EpisodeContext, Request, WorkflowRun, check_template
 from srpo.workflows.parallel import numbered
 from srpo.workflows.voting import majority
 
@@ -56,7 +56,7 @@ def parse_route(text: str, experts: list[str], min_experts: int, max_experts: in
 
 
 @dataclass
-class Routed:
+class Routed(GenericRoles):
     """Transitions: "route" {router}, "experts" {chosen experts} (+ "aggregate" {aggregator}).
 
     experts: the agent names the router may choose from (distinct).
@@ -158,7 +158,7 @@ class Routed:
         answers = yield [Request(e, self.expert_prompt.format(question=q)) for e in chosen]
         ctx.transition("experts", answers)
         if self.aggregator is None:
-            final, votes = majority(answers)
+            final, votes = majority(answers, ctx.answer_key)
             ctx.metadata["votes"] = votes
         else:
             final = yield Request(

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from srpo.types import Task
-from srpo.workflows.base import EpisodeContext, Request, WorkflowRun, check_template
+from srpo.workflows.base import GenericRoles, EpisodeContext, Request, WorkflowRun, check_template
 
 DEFAULT_PROMPT = "{question}"
 
 
 @dataclass
-class SingleAgent:
+class SingleAgent(GenericRoles):
     """agent: the role that answers. prompt: its user turn ({question} = the task prompt).
 
     Transitions: "answer" {agent}. Reward: the task reward of its answer.

@@ -1,4 +1,5 @@
-"""Majority vote over agents' final answers (debate's last round, routed experts)."""
+"""Majority vote over agents' final answers (debate's last round, routed experts); what
+counts as the same answer is the task pack's answer key (ctx.answer_key)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,11 @@ from srpo.workflows.base import Output
 AnswerKey = Callable[[str], "str | None"]
 
 
-def math_answer_key(text: str) -> str | None:
-    """The extracted final answer (srpo.tasks.math), whitespace-normalized; None if absent."""
-    from srpo.tasks.math.answers import extract_answer
-
-    found = extract_answer(text)
-    return None if found is None else "".join(found.split())
-
-
-def majority(outputs: Sequence[Output], key: AnswerKey = math_answer_key) -> tuple[Output, int]:
+def majority(outputs: Sequence[Output], key: AnswerKey) -> tuple[Output, int]:
     """(the output carrying the most common answer, its vote count).
+
+    key: (text) -> the answer it states, normalized, or None; workflows pass ctx.answer_key
+    (the task pack's: math extracts the final answer, search its <answer>).
 
     Ties go to the answer given first (in `outputs` order); outputs without an answer do not
     vote; if none has one, the first output is returned with 0 votes.

@@ -13,7 +13,7 @@ import pytest
 from report_helpers import STEPS, SmokeRun, make_smoke_run
 
 from srpo.cli import main
-from srpo.report import ReportError, collect_run, write_report
+from srpo.train.report import ReportError, collect_run, write_report
 from srpo.train import episodes_log
 from srpo.types import ActiveSet, Episode, Member, Task
 

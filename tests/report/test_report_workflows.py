@@ -17,7 +17,7 @@ from srpo.batch import build_flat_batch
 from srpo.models import build_byte_tokenizer
 from srpo.objective import get_method, prepare_step
 from srpo.objective.methods import SetUpdateState
-from srpo.report import collect_run, write_report
+from srpo.train.report import collect_run, write_report
 from srpo.rollout import AgentSpec, PolicySet, RolloutRunner, SamplingParams, ScriptedBackend
 from srpo.tasks.math import MathReward
 from srpo.tasks.search.env import SearchEnv
@@ -65,7 +65,7 @@ def run_workflow(name: str, tmp_path: Path):
               for r in ROLES]
     backend = ScriptedBackend(PolicySet.scripted(TOK, ("shared",)), script, logprob=-1.0)
     if name in SEARCH:
-        wf = build_workflow(name).with_search_env(SearchEnv(OneDocRetriever(), top_k=1, max_turns=3))
+        wf = build_workflow(name).with_environment(SearchEnv(OneDocRetriever(), top_k=1, max_turns=3))
         reward = SearchReward(em_weight=1.0, f1_weight=0.0, format_weight=0.1)
         tasks = [Task(f"q{i}", f"Where was Ilsa Marr born? ({i})", "Kessel") for i in range(2)]
     else:

@@ -149,7 +149,7 @@ def test_invalid_router_choice_falls_back_with_a_penalty(tok):
     assert bad.reward_components == pytest.approx({"correct": 1.0, "format": 0.1, "route_penalty": -0.5})
     assert bad.reward == pytest.approx(0.6)
     m = rollout_metrics(eps)
-    assert m["route/invalid"] == 2 and m["route/invalid_rate"] == 0.5
+    assert m["episode/route_invalid"] == 0.5  # 2 invalid of 4 routed episodes
 
 
 def test_router_fallback_all_and_list(tok):

@@ -15,7 +15,7 @@ from srpo.config import (
     parse_override,
     to_dict,
 )
-from srpo.rollout.build import build_agents, build_policies, build_rollout, load_tasks
+from srpo.build import build_agents, build_policies, build_rollout, load_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "configs" / "smoke.yaml"

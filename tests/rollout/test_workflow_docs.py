@@ -90,7 +90,7 @@ def test_the_docs_agent_config_and_its_scripted_test_run(tmp_path, critic_loop_f
 
 def test_a_role_added_on_the_command_line_and_an_undeclared_one(tmp_path, critic_loop_file):
     from srpo.config import load_config
-    from srpo.rollout.build import build_agents, build_workflow_from
+    from srpo.build import build_agents, build_workflow_from
 
     smoke = ROOT / "configs" / "smoke.yaml"
     cfg = load_config(smoke, [f"workflow.name={critic_loop_file}", "workflow.params={reviewer: critic}",
@@ -98,7 +98,7 @@ def test_a_role_added_on_the_command_line_and_an_undeclared_one(tmp_path, critic
     agents = build_agents(cfg)
     assert agents["critic"].system_prompt == "You review answers." and "solver" in agents  # built-ins kept
     assert build_workflow_from(cfg).agents == ("solver", "critic")
-    from srpo.rollout.build import build_rollout
+    from srpo.build import build_rollout
 
     bad = load_config(smoke, [f"workflow.name={critic_loop_file}", "workflow.params={reviewer: nobody}"])
     with pytest.raises(ValueError, match=r"needs agent\(s\) \['nobody'\]"):

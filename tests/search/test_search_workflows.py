@@ -71,7 +71,7 @@ def search_env(**kw):
 def run(name, script, params=None, *, env=None, group_size=2, n=2, **runner_kw):
     runner, backend = runner_for(script, **runner_kw)
     env = env or search_env()
-    wf = build_workflow(name, params or {}).with_search_env(env)
+    wf = build_workflow(name, params or {}).with_environment(env)
     result = runner.run(make_tasks(n), wf, group_size=group_size)
     return result, backend, env
 
@@ -322,7 +322,7 @@ def test_search_routed(route, events, comps, invalid):
         assert e.metadata["route_invalid"] == invalid
         assert e.metadata["route"] == route.strip() if not invalid else "search"
     m = rollout_metrics(result.episodes)
-    assert m["route/invalid"] == 4 * invalid and m["reward/route_penalty"] == pytest.approx(
+    assert m["episode/route_invalid"] == invalid and m["reward/route_penalty"] == pytest.approx(
         -0.5 * invalid)
 
 
@@ -355,7 +355,8 @@ def run_cli(argv):
 
 def test_search_config_builds_tasks_reward_agents_and_env():
     from srpo.config import load_config
-    from srpo.rollout.build import build_agents, build_reward, build_search_env, load_tasks
+    from srpo.build import build_agents, build_reward, load_tasks
+    from srpo.tasks.search.pack import build_search_env
 
     cfg = load_config(SMOKE, ["task.search.top_k=2", "task.search.f1_weight=0.5"])
     assert cfg.task.name == "search" and cfg.task.search.corpus == "world"
@@ -407,7 +408,8 @@ def jsonl_task(tmp_path, docs=DOCS):
 
 def test_jsonl_corpus_and_questions(tmp_path):
     from srpo.config import load_config
-    from srpo.rollout.build import build_search_env, load_tasks
+    from srpo.build import load_tasks
+    from srpo.tasks.search.pack import build_search_env
 
     cfg = load_config(SMOKE, jsonl_task(tmp_path))
     # as for math files: held-out = the first heldout_size questions, train = the rest
@@ -429,7 +431,7 @@ def test_jsonl_corpus_and_questions(tmp_path):
 
 def test_empty_corpus_is_an_error_at_build_time(tmp_path, capsys):
     from srpo.config import load_config
-    from srpo.rollout.build import build_rollout
+    from srpo.build import build_rollout
 
     overrides = jsonl_task(tmp_path, docs=[])
     with pytest.raises(ValueError, match="empty corpus"):
@@ -442,7 +444,9 @@ def test_a_search_workflow_needs_a_search_task(capsys, tmp_path):
     code = run_cli(["rollout", str(ROOT / "configs" / "smoke.yaml"), "--workflow",
                     "search_single", "--n", "1", "--out", str(tmp_path / "x.jsonl")])
     assert code == 2
-    assert "a search workflow needs task.name: search" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "workflow 'search_single' needs an environment, which task pack 'math'" in err
+    assert "packs that provide one: ['search']" in err
 
 
 @pytest.mark.parametrize("workflow,events", [
@@ -480,7 +484,7 @@ def test_held_out_evaluation_scores_search_answers_by_exact_match():
         return "<answer>Kessel</answer>" if "(0)" in seen(req) else "<answer>Dorn</answer>"
 
     runner, _ = runner_for(half_right)
-    wf = build_workflow("search_parallel", {"k": 2, "rounds": 1}).with_search_env(search_env())
+    wf = build_workflow("search_parallel", {"k": 2, "rounds": 1}).with_environment(search_env())
     result, _ = evaluate(runner, wf, make_tasks(2))
     assert result.correct == [True, False] and result.task_ids == ["q0", "q1"]
     assert result.accuracy.estimate == 0.5
@@ -496,7 +500,7 @@ def test_plain_text_fallback_turns_tagless_replies_into_queries_and_answers():
     env = search_env(plain_text_fallback=True)
     runner, _ = runner_for(tagless)
     runner.reward_fn = SearchReward(em_weight=1.0, f1_weight=0.0, format_weight=0.1, plain_text_fallback=True)
-    wf = build_workflow("search_parallel", {"k": 2, "rounds": 1}).with_search_env(env)
+    wf = build_workflow("search_parallel", {"k": 2, "rounds": 1}).with_environment(env)
     (e,) = runner.run(make_tasks(1), wf, group_size=1).episodes
     assert env.retriever.calls == [["Veltra founded", "Veltra founded"]]  # first line only
     md = e.metadata
@@ -506,7 +510,7 @@ def test_plain_text_fallback_turns_tagless_replies_into_queries_and_answers():
     # without the fallback the same replies are invalid and score nothing
     env = search_env()
     runner, _ = runner_for(tagless)
-    wf = build_workflow("search_parallel", {"k": 2, "rounds": 1}).with_search_env(env)
+    wf = build_workflow("search_parallel", {"k": 2, "rounds": 1}).with_environment(env)
     (e,) = runner.run(make_tasks(1), wf, group_size=1).episodes
     assert env.retriever.calls == [] and e.metadata["search_invalid"] == 2
     assert e.reward_components == NONE
@@ -532,7 +536,7 @@ def test_cover_component_credits_answers_that_contain_the_gold_and_can_define_su
 
     runner, _ = runner_for(wordy)
     runner.reward_fn = SearchReward(em_weight=0.0, f1_weight=0.0, format_weight=0.1, cover_weight=1.0)
-    wf = build_workflow("search_parallel", {"k": 2, "rounds": 1}).with_search_env(search_env())
+    wf = build_workflow("search_parallel", {"k": 2, "rounds": 1}).with_environment(search_env())
     (e0, e1) = runner.run(make_tasks(2), wf, group_size=1).episodes
     assert e0.reward_components == pytest.approx({"em": 0.0, "f1": 0.0, "cover": 1.0, "format": 0.1})
     assert e0.metadata["score_em"] == 0.0 and e0.metadata["score_cover"] == 1.0

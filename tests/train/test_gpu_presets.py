@@ -23,7 +23,7 @@ import torch
 
 from srpo.cli import main
 from srpo.config import load_config
-from srpo.rollout.build import build_workflow_from
+from srpo.build import build_workflow_from
 from srpo.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]

@@ -83,8 +83,8 @@ def test_agent_loop_records_match_the_workflow(workflow, sizes, events):
     runner = RolloutRunner(_agents(), backend, MathReward(), seed=0)
     from srpo.workflows import base
 
-    ref_ctx = base.EpisodeContext(task, workflow.name, rollout_index=2, seed=0, runner=runner)
-    assert ref_ctx.rng.random() == base.EpisodeContext(task, workflow.name, rollout_index=2, seed=0, runner=runner).rng.random()
+    ref_ctx = runner.episode_context(task, workflow.name, rollout_index=2)
+    assert ref_ctx.rng.random() == runner.episode_context(task, workflow.name, rollout_index=2).rng.random()
     ref = runner.run([task], workflow, group_size=1).episodes[0]
     members = [(s, j, m) for s in ref.transitions for j, m in enumerate(s.members)]
 

@@ -56,7 +56,7 @@ def test_prepare_data_rows_round_trip(tmp_path):
     assert len(train) == 6 and len(val) == 3
     assert set(train["agent_name"]) == {"srpo_workflow"}
     from srpo.config import load_config
-    from srpo.rollout.build import load_tasks
+    from srpo.build import load_tasks
     from srpo.tasks.math import MathReward
 
     cfg = load_config(str(RECIPES / "workflows" / "smoke_parallel.yaml"))

@@ -40,6 +40,7 @@ class EpisodeSetup:
     agents: dict[str, AgentSpec]
     reward_fn: RewardFn
     policy: str  # the one policy verl trains (every agent names it)
+    answer_key: Callable[[str], str | None] | None = None  # the task pack's (majority votes)
 
 
 def setup_from_config(path: str | None, overrides: Sequence[str] = ()) -> EpisodeSetup:
@@ -50,14 +51,12 @@ def setup_from_config(path: str | None, overrides: Sequence[str] = ()) -> Episod
     Model, train, eval and checkpoint sections are ignored: verl's config owns those.
     """
     from srpo.config import load_config
-    from srpo.rollout.build import build_agents, build_reward, build_search_env, build_workflow_from
+    from srpo.build import bind_environment, build_agents, build_workflow_from, task_pack
 
     # verl's own config owns the device and the output directory: no machine checks here
     cfg = load_config(path, list(overrides), check_machine=False)
-    wf = build_workflow_from(cfg)
-    if hasattr(wf, "with_search_env"):
-        wf = wf.with_search_env(build_search_env(cfg.task))
-    agents = build_agents(cfg)
+    wf = bind_environment(build_workflow_from(cfg), cfg)
+    agents = build_agents(cfg, wf)
     check_agent_names(getattr(wf, "agents", ()), agents, where=f"workflow {wf.name!r}")
     policies = sorted({a.policy for a in agents.values()})
     if cfg.policies.kind != "shared" or len(policies) != 1:
@@ -66,7 +65,9 @@ def setup_from_config(path: str | None, overrides: Sequence[str] = ()) -> Episod
             f"{cfg.policies.kind!r} with agents on {policies}: use policies.kind shared (one "
             f"policy; roles differ by prompt) for the verl integration"
         )
-    return EpisodeSetup(workflow=wf, agents=agents, reward_fn=build_reward(cfg.task), policy=policies[0])
+    pack = task_pack(cfg)
+    return EpisodeSetup(workflow=wf, agents=agents, reward_fn=pack.make_reward(cfg.task),
+                        policy=policies[0], answer_key=pack.answer_key)
 
 
 class _NoBatchBackend:
@@ -90,7 +91,8 @@ async def run_episode(
     seed: int = 0,
 ) -> Episode:
     """Run `setup.workflow` on `task`; each round's requests are generated concurrently."""
-    runner = RolloutRunner(setup.agents, _NoBatchBackend(tokenizer, setup.policy), setup.reward_fn, seed=seed)
+    runner = RolloutRunner(setup.agents, _NoBatchBackend(tokenizer, setup.policy), setup.reward_fn, seed=seed,
+                           answer_key=setup.answer_key)
     driver = runner.start_episode(task, setup.workflow, rollout_index=rollout_index)
     while not driver.done:
         driver.submit(await asyncio.gather(*(generate(r) for r in driver.requests)))

@@ -73,6 +73,8 @@ class MathReward:
     Stateless and thread-safe: call it from several rollout workers at once.
     """
 
+    success_component = "correct"  # what evaluation counts as solved (srpo.train.evaluate)
+
     def __init__(
         self,
         correct_weight: float = 1.0,

@@ -15,9 +15,10 @@ alone, and the outcome is only known at the end, so the whole trajectory is one 
 The k query writers of a round drive ONE transition, the retrieval that runs their queries
 together (one retriever call): they form one active set of size k.
 
-The retriever comes from the task: a search workflow has an `env` (SearchEnv) that
-srpo.rollout.build binds from the config's `task.search` section (`with_search_env`); in code,
-construct it with `env=SearchEnv(retriever, ...)`. Parameters are dataclass fields (config:
+The retriever comes from the task: a search workflow has an `env` (SearchEnv) that the search
+task pack builds from the config's `task.search` section and srpo.build binds through the
+workflow protocol's `with_environment(env)`; in code, construct it with
+`env=SearchEnv(retriever, ...)`. Parameters are dataclass fields (config:
 workflow.params); prompts name their fields ({question}, ...) as listed per class.
 
 Every episode's metadata carries the search counts (SearchStats.metadata: search_calls,
@@ -44,6 +45,27 @@ from srpo.workflows.base import (
     check_template,
 )
 from srpo.workflows.planner import parse_plan
+
+# Default agents of the search roles (a config's `agents` overlay them field by field):
+# generation stops at </search> so the results can be inserted before the agent goes on.
+SEARCH_AGENTS: dict[str, dict[str, Any]] = {
+    "searcher": {"system_prompt": "You answer questions by searching a document collection.",
+                 "sampling": {"stop": ["</search>"]}},
+    "query_writer": {"system_prompt": "You write one search query as <search>query</search>.",
+                     "sampling": {"stop": ["</search>"]}},
+    "answerer": {"system_prompt": "You answer questions from search results, as "
+                                  "<answer>answer</answer>."},
+    "planner": {"system_prompt": "You split questions into short numbered subquestions."},
+    "router": {"system_prompt": "You choose whether to answer a question directly or to search."},
+}
+
+
+class _SearchRoles:
+    """default_agents: the search roles' defaults, for the role names this workflow uses."""
+
+    @property
+    def default_agents(self) -> dict[str, dict[str, Any]]:
+        return {role: SEARCH_AGENTS.get(role, {}) for role in self.agents}  # type: ignore[attr-defined]
 
 SEARCH_PROMPT = (
     "Answer the question. You may search a document collection: write <search>query</search> "
@@ -163,7 +185,7 @@ def search_loop(env: SearchEnv, ctx: EpisodeContext, agent: str, prompt: str,
 
 
 @dataclass
-class SearchSingle:
+class SearchSingle(_SearchRoles):
     """One searcher, multi-turn: search until it answers or the turn budget ends.
 
     Transitions: "search" {searcher} (one member spanning its turns). Reward: its generations.
@@ -191,7 +213,7 @@ class SearchSingle:
     def agents(self) -> tuple[str, ...]:
         return (self.searcher,)
 
-    def with_search_env(self, env: SearchEnv) -> SearchSingle:
+    def with_environment(self, env: SearchEnv) -> SearchSingle:
         return dataclasses.replace(self, env=env)
 
     def run(self, task: Task, ctx: EpisodeContext) -> WorkflowRun:
@@ -205,7 +227,7 @@ class SearchSingle:
 
 
 @dataclass
-class SearchParallel:
+class SearchParallel(_SearchRoles):
     """k query writers, one retrieval, an answerer that answers or asks for another round.
 
     Round r: each writer proposes a query (<search>q</search>; its first max_calls_per_turn
@@ -256,7 +278,7 @@ class SearchParallel:
     def agents(self) -> tuple[str, ...]:
         return (*dict.fromkeys(self.slots), self.answerer)
 
-    def with_search_env(self, env: SearchEnv) -> SearchParallel:
+    def with_environment(self, env: SearchEnv) -> SearchParallel:
         return dataclasses.replace(self, env=env)
 
     def run(self, task: Task, ctx: EpisodeContext) -> WorkflowRun:
@@ -297,7 +319,7 @@ class SearchParallel:
 
 
 @dataclass
-class SearchPlanner:
+class SearchPlanner(_SearchRoles):
     """Planner -> searcher (multi-turn) -> answerer.
 
     The planner writes numbered sub-questions ("plan", size 1; parsed like `planner`'s plans;
@@ -337,7 +359,7 @@ class SearchPlanner:
     def agents(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys([self.planner, self.searcher, self.answerer]))
 
-    def with_search_env(self, env: SearchEnv) -> SearchPlanner:
+    def with_environment(self, env: SearchEnv) -> SearchPlanner:
         return dataclasses.replace(self, env=env)
 
     def run(self, task: Task, ctx: EpisodeContext) -> WorkflowRun:
@@ -364,7 +386,7 @@ class SearchPlanner:
 
 
 @dataclass
-class SearchRouted:
+class SearchRouted(_SearchRoles):
     """A router picks, per question, how to answer: "direct" (the answerer, no retrieval),
     "search" (search_single with `search_turns` turns: 2 = search once, then answer) or
     "parallel" (search_parallel with k writers and `parallel_rounds` rounds).
@@ -374,7 +396,8 @@ class SearchRouted:
     Strict parsing: the reply, stripped, must be exactly one of the route names. Anything else
     is invalid: the `fallback` route runs, and the episode gets route_penalty = -penalty (0.0
     on valid replies, so every episode carries it); metadata records route, route_invalid
-    (0/1) and route_error, counted by rollout_metrics as route/invalid (as in `routed`).
+    (0/1) and route_error, reported by rollout_metrics as episode/route_invalid, the
+    share of routed episodes with an invalid choice (as in `routed`).
     route_prompt fields: {question}, {k}; direct_prompt: {question}.
     """
 
@@ -418,7 +441,7 @@ class SearchRouted:
     def agents(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys([self.router, self.answerer, self.searcher, self.writer]))
 
-    def with_search_env(self, env: SearchEnv) -> SearchRouted:
+    def with_environment(self, env: SearchEnv) -> SearchRouted:
         return dataclasses.replace(self, env=env)
 
     def run(self, task: Task, ctx: EpisodeContext) -> WorkflowRun:

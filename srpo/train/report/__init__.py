@@ -1,13 +1,13 @@
-"""`srpo report RUN_DIR`: one self-contained HTML file of a run (srpo.report.data collects,
-srpo.report.render writes; srpo.report.study links a study's cells)."""
+"""`srpo report RUN_DIR`: one self-contained HTML file of a run (srpo.train.report.data collects,
+srpo.train.report.render writes; srpo.train.report.study links a study's cells)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from srpo.report.data import ReportError, collect_run
-from srpo.report.render import render_html
+from srpo.train.report.data import ReportError, collect_run
+from srpo.train.report.render import render_html
 
 REPORT_FILE = "report.html"
 

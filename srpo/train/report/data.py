@@ -3,7 +3,7 @@
     data = collect_run("runs/smoke")     # ReportError naming the file when something is missing or damaged
 
 Reads RUN/config.yaml, RUN/metrics.jsonl, RUN/episodes/step-*.jsonl.gz, RUN/eval/<label>.json and
-RUN/eval/<label>.episodes.jsonl.gz. Nothing here renders; srpo.report.render turns the dict into HTML.
+RUN/eval/<label>.episodes.jsonl.gz. Nothing here renders; srpo.train.report.render turns the dict into HTML.
 """
 
 from __future__ import annotations

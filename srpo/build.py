@@ -1,0 +1,198 @@
+"""From a Config to running objects: models, policies, agents, backend, runner, tasks.
+
+    runner, workflow = build_rollout(cfg)            # loads the model(s)
+    tasks = load_tasks(cfg.task, split="train", limit=8)   # from the task pack of task.name
+    result = runner.run(tasks, workflow, group_size=cfg.group_size)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from srpo.config import Config, ModelConfig, PoliciesConfig, TaskConfig
+from srpo.packs import TaskPack, agent_defaults, get_pack, load_all_packs
+from srpo.rollout.agents import AgentSpec, SamplingParams
+from srpo.rollout.backends import HFGenerateBackend
+from srpo.rollout.policies import PolicySet
+from srpo.rollout.runner import RolloutRunner
+from srpo.types import Task
+from srpo.workflows.base import Workflow
+from srpo.workflows.registry import build_workflow
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def build_model(cfg: ModelConfig, device: str = "cpu") -> tuple[Any, Any]:
+    """(model, tokenizer) for a model section; nothing is downloaded."""
+    dtype = _DTYPES[cfg.dtype]
+    if cfg.name == "tiny":
+        from srpo.models import build_tiny_model
+
+        model, tok = build_tiny_model(
+            cfg.arch, tokenizer=cfg.tokenizer, hidden_size=cfg.hidden_size,
+            num_layers=cfg.num_layers, seed=cfg.init_seed, dtype=dtype,
+        )
+    elif cfg.name == "smollm2":
+        from srpo.models import load_smollm2
+
+        model, tok = load_smollm2(dtype=dtype)
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from srpo.models.tokenizers import set_pad_token_of_folder
+
+        check_model_source(cfg)
+        # the tokenizer first: a bad one fails before the weights are read
+        tok = set_pad_token_of_folder(AutoTokenizer.from_pretrained(cfg.name, local_files_only=True))
+        model = AutoModelForCausalLM.from_pretrained(cfg.name, dtype=dtype, local_files_only=True)
+    return model.to(device), tok
+
+
+def check_model_source(cfg: ModelConfig) -> None:
+    """A model name is "tiny", "smollm2" or an existing local folder (nothing is downloaded)."""
+    from pathlib import Path
+
+    if cfg.name not in ("tiny", "smollm2") and not Path(cfg.name).is_dir():
+        raise ValueError(
+            f"model.name {cfg.name!r} is neither 'tiny', 'smollm2' nor an existing model folder "
+            f"(a local Hugging Face folder: config.json, weights, tokenizer; nothing is downloaded)"
+        )
+
+
+def build_policies(model_cfg: ModelConfig, cfg: PoliciesConfig, device: str = "cpu") -> PolicySet:
+    if cfg.kind == "shared":
+        model, tok = build_model(model_cfg, device)
+        return PolicySet.shared(model, tok, name=cfg.names[0])
+    if cfg.kind == "separate":
+        return PolicySet.separate(
+            {n: build_model(cfg.models.get(n, model_cfg), device) for n in cfg.names}
+        )
+    model, tok = build_model(model_cfg, device)
+    lora = cfg.lora
+    return PolicySet.lora(
+        model, tok, cfg.names, rank=lora.rank, alpha=lora.alpha, dropout=lora.dropout,
+        target_modules=lora.target_modules,
+    )
+
+
+def task_pack(cfg: Config | TaskConfig) -> TaskPack:
+    """The task pack a config selects (task.name); loading it registers its workflows."""
+    task = cfg.task if isinstance(cfg, Config) else cfg
+    return get_pack(task.name)
+
+
+def build_agents(cfg: Config, workflow: Workflow | None = None) -> dict[str, AgentSpec]:
+    """Every agent the workflow may ask for, plus every configured one.
+
+    An agent's fields come, lowest first, from the workflow's `default_agents`, the task pack's
+    `agents` (its prompts for those roles) and the config's `agents.<name>` (field by field; a
+    `sampling` mapping overlays the defaults' key by key). An agent whose policy is not given
+    uses the only policy of policies.names (with several, the config must name it).
+    workflow: default: the configured one.
+    """
+    if workflow is None:
+        workflow = build_workflow_from(cfg)
+    defaults = agent_defaults(workflow, task_pack(cfg))
+    base = SamplingParams(**cfg.sampling.model_dump()) if hasattr(cfg.sampling, "model_dump") \
+        else SamplingParams(**vars(cfg.sampling))
+    agents = {}
+    for name in dict.fromkeys([*defaults, *cfg.agents]):
+        fields = dict(defaults.get(name, {}))
+        sampling = dict(fields.pop("sampling", {}))
+        configured = cfg.agents.get(name)
+        if configured is not None:
+            given = {k: getattr(configured, k) for k in ("policy", "system_prompt", "template")}
+            fields.update({k: v for k, v in given.items() if v is not None})
+            sampling.update(configured.sampling)
+        policy = fields.pop("policy", None)
+        if policy is None:
+            if len(cfg.policies.names) != 1:
+                raise ValueError(
+                    f"agents.{name}.policy is not set and policies.names has several policies "
+                    f"{cfg.policies.names}: say which one generates for agent {name!r}"
+                )
+            policy = cfg.policies.names[0]
+        elif policy not in cfg.policies.names:
+            raise ValueError(f"agents.{name}.policy: unknown policy {policy!r}; known policies "
+                             f"(policies.names): {cfg.policies.names}")
+        try:
+            agents[name] = AgentSpec(name=name, policy=policy, sampling=base.replace(**sampling),
+                                     **fields)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"agents.{name}: {e}") from e
+    return agents
+
+
+def build_reward(cfg: TaskConfig) -> Any:
+    """The task pack's reward function for this task config."""
+    return task_pack(cfg).make_reward(cfg)
+
+
+def load_tasks(cfg: TaskConfig, *, split: str = "train", limit: int | None = None) -> list[Task]:
+    """The first `limit` tasks (default: the whole split) of `split` ("train" | "heldout"),
+    from the task pack cfg.name selects. A prefix is a prefix of the full split."""
+    if split not in ("train", "heldout"):
+        raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
+    size = cfg.train_size if split == "train" else cfg.heldout_size
+    if limit is not None:
+        if limit < 1:
+            raise ValueError(f"the number of tasks must be >= 1, got {limit}")
+        if limit > size:
+            raise ValueError(
+                f"asked for {limit} {split} tasks but task.{split}_size is {size}; raise it"
+            )
+        size = limit
+    return task_pack(cfg).load_tasks(cfg, split, size)
+
+
+def bind_environment(workflow: Workflow, cfg: Config) -> Workflow:
+    """A workflow that defines `with_environment(env)` (the protocol's optional hook, e.g. the
+    search workflows' retriever) gets the environment the task pack builds from the config."""
+    bind = getattr(workflow, "with_environment", None)
+    if bind is None:
+        return workflow
+    pack = task_pack(cfg)
+    if pack.make_environment is None:
+        providers = [p.name for p in load_all_packs() if p.make_environment is not None]
+        raise ValueError(
+            f"workflow {workflow.name!r} needs an environment, which task pack {pack.name!r} "
+            f"(task.name) does not provide; packs that provide one: {providers}"
+        )
+    return bind(pack.make_environment(cfg.task))
+
+
+def build_workflow_from(cfg: Config, name: str | None = None) -> Workflow:
+    """The configured workflow; with `name` (e.g. the CLI's --workflow) that one instead, with
+    the configured params only if it is the configured workflow."""
+    task_pack(cfg)  # a pack given by file registers its workflows when it is loaded
+    if name is None or name == cfg.workflow.name:
+        return build_workflow(cfg.workflow.name, cfg.workflow.params)
+    return build_workflow(name)
+
+
+def build_rollout(cfg: Config, *, workflow: str | None = None,
+                  policies: PolicySet | None = None) -> tuple[RolloutRunner, Workflow]:
+    """(runner, workflow) for a config. The workflow is built first so that a bad name fails
+    before any model is loaded; `policies` reuses already loaded models (the trainer's)."""
+    wf = bind_environment(build_workflow_from(cfg, workflow), cfg)
+    agents = build_agents(cfg, wf)
+    missing = sorted(set(wf.agents) - set(agents))
+    if missing:
+        raise ValueError(
+            f"workflow {wf.name!r} needs agent(s) {missing}, which the config does not define; "
+            f"configured agents: {sorted(agents)}"
+        )
+    if policies is None:
+        policies = build_policies(cfg.model, cfg.policies, cfg.device)
+    backend = HFGenerateBackend(
+        policies,
+        max_batch_size=cfg.rollout.max_batch_size,
+        record_logprobs=cfg.rollout.record_logprobs,
+        sampler=cfg.rollout.sampler,
+    )
+    pack = task_pack(cfg)
+    runner = RolloutRunner(agents, backend, pack.make_reward(cfg.task), seed=cfg.seed,
+                           answer_key=pack.answer_key)
+    return runner, wf

@@ -1,0 +1,166 @@
+"""Task packs: the one interface through which a task family plugs into the core.
+
+The core (records, batch, objective, workflow protocol, runner, trainer) knows no task. A task
+pack says everything task-specific, in one `TaskPack` value:
+
+    pack = get_pack("math")              # a built-in pack (entry point group "srpo.task_packs")
+    pack = get_pack("my_pack.py:PACK")   # a user's pack in a file (or "package.module:PACK")
+    tasks = pack.load_tasks(cfg.task, "train", 8)    # the first 8 tasks of the train split
+    reward_fn = pack.make_reward(cfg.task)           # (task, answer text) -> reward result
+
+A config selects a pack with `task.name`; the pack's own settings live under `task` too
+(`task.search.*`, `task.testbed.*`, math's `task.source`...), validated by the pack's
+`settings` schema when the config is loaded.
+
+Built-in packs are found through Python entry points (group "srpo.task_packs", declared in
+pyproject.toml), so the core imports none of them: installing a package that declares such an
+entry point adds a task family without touching srpo. A pack given as "file.py:NAME" is
+executed when the config is loaded, as a workflow file is: a config that names code runs it.
+Only a `TaskPack` value is accepted (anything else is refused before it is used).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+from srpo.types import Task
+
+ENTRY_POINT_GROUP = "srpo.task_packs"
+
+RewardFn = Callable[[Task, str], Any]  # (task, final answer text) -> RewardResult | mapping | float
+
+
+@dataclass(frozen=True)
+class TaskPack:
+    """What a task family provides (module doc).
+
+    name: the `task.name` that selects it.
+    description: one line, shown by `srpo packs`.
+    load_tasks: (task config, split "train" | "heldout", size) -> the first `size` tasks of the
+        split; raise ValueError naming the problem when the source holds fewer.
+    make_reward: (task config) -> reward function (task, answer text) -> RewardResult (an object
+        with weighted_components()), a mapping of components, or a number.
+    success_component: the reward component whose value > 0 means "solved" in evaluation
+        (`eval.success_component` overrides it).
+    settings: the pack's own config fields under `task`, as {field: (type, default)} pairs of
+        a pydantic model (srpo.config builds the model; a nested section is a model type).
+    agents: default agent settings by role for the workflows this pack is used with
+        ({role: {"system_prompt": ..., "template": ..., "sampling": {...}}}); they overlay a
+        workflow's own `default_agents`, and the config's `agents` overlay both, field by field.
+    workflows: workflow factories this pack adds to the registry (by their `name`).
+    answer_key: (text) -> the final answer a text states, normalized, or None; majority votes
+        compare these (default: the whole text).
+    make_environment: (task config) -> an environment object (e.g. a retriever) given to a
+        workflow that defines `with_environment(env)`; None: the pack has none.
+    check: (task config) -> None, raising ValueError on a problem found before any model is
+        loaded (e.g. held-out questions that also occur in the train split).
+    """
+
+    name: str
+    description: str
+    load_tasks: Callable[[Any, str, int], list[Task]]
+    make_reward: Callable[[Any], RewardFn]
+    success_component: str = "reward"
+    settings: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
+    agents: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    workflows: Sequence[Any] = ()
+    answer_key: Callable[[str], str | None] | None = None
+    make_environment: Callable[[Any], Any] | None = None
+    check: Callable[[Any], None] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"a task pack needs a non-empty name, got {self.name!r}")
+        for attr in ("load_tasks", "make_reward"):
+            if not callable(getattr(self, attr)):
+                raise ValueError(f"task pack {self.name!r}: {attr} must be callable")
+
+
+_PACKS: dict[str, TaskPack] = {}
+
+
+def register_pack(pack: TaskPack) -> TaskPack:
+    """Make `pack` selectable by its name (and its workflows buildable by theirs)."""
+    if not isinstance(pack, TaskPack):
+        raise ValueError(f"register_pack takes a TaskPack, got {type(pack).__name__}")
+    _PACKS[pack.name] = pack
+    from srpo.workflows.registry import register_workflow
+
+    for factory in pack.workflows:
+        register_workflow(factory)
+    return pack
+
+
+def _entry_points() -> dict[str, Any]:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def known_pack_names() -> list[str]:
+    """The registered packs and the installed (entry point) ones, sorted."""
+    return sorted(set(_PACKS) | set(_entry_points()))
+
+
+def load_all_packs() -> list[TaskPack]:
+    """Every installed pack, registered (so their workflows are listed and buildable)."""
+    return [get_pack(name) for name in known_pack_names()]
+
+
+def get_pack(name: str) -> TaskPack:
+    """The pack `name`: registered, installed (entry point), or "file.py:NAME" / "module:NAME"."""
+    if name in _PACKS:
+        return _PACKS[name]
+    eps = _entry_points()
+    if name in eps:
+        return register_pack(_checked(eps[name].load(), f"task pack {name!r} (entry point)"))
+    if ":" in name:
+        return register_pack(_import_pack(name))
+    raise ValueError(
+        f"unknown task pack {name!r} (task.name); known packs: {known_pack_names()} (or a "
+        f"user's pack as 'file.py:NAME' / 'package.module:NAME')"
+    )
+
+
+def _import_pack(ref: str) -> TaskPack:
+    module_ref, _, attr = ref.rpartition(":")
+    try:
+        if module_ref.endswith(".py"):
+            path = Path(module_ref)
+            if not path.is_file():
+                raise FileNotFoundError(f"no such file {module_ref!r}")
+            spec = importlib.util.spec_from_file_location(f"srpo_user_pack_{path.stem}", path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_ref)
+    except (ImportError, FileNotFoundError) as e:
+        raise ValueError(f"task pack {ref!r}: cannot import {module_ref!r}: {e}") from e
+    if not hasattr(module, attr):
+        raise ValueError(f"task pack {ref!r}: {module_ref!r} has no attribute {attr!r}")
+    pack = _checked(getattr(module, attr), f"task pack {ref!r}")
+    if pack.name != ref:
+        # the config names it by reference: register it under that name too
+        pack = TaskPack(**{**{f: getattr(pack, f) for f in pack.__dataclass_fields__}, "name": ref})
+    return pack
+
+
+def _checked(obj: Any, where: str) -> TaskPack:
+    if not isinstance(obj, TaskPack):
+        raise ValueError(f"{where} is a {type(obj).__name__}, not a srpo.packs.TaskPack")
+    return obj
+
+
+def agent_defaults(workflow: Any, pack: TaskPack | None) -> dict[str, dict[str, Any]]:
+    """Default agent fields by role: the workflow's own `default_agents`, overlaid by the pack's
+    `agents`, for the roles the workflow declares."""
+    roles = list(getattr(workflow, "agents", ()))
+    own: Mapping[str, Mapping[str, Any]] = getattr(workflow, "default_agents", None) or {}
+    domain = pack.agents if pack is not None else {}
+    return {role: {**own.get(role, {}), **domain.get(role, {})} for role in dict.fromkeys(roles)
+            if role in own or role in domain}

@@ -1,0 +1,92 @@
+"""The math task pack: reasoning-gym problems or a GSM8K / MATH-500 file, scored by MathReward.
+
+Config (under `task`): source, dataset, difficulty, path, reward (srpo.config's math fields).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from srpo.packs import TaskPack
+from srpo.types import Task
+
+SOLVE = "Solve the math problem. Think briefly, then give the final answer as \\boxed{answer}."
+
+# System prompts of the built-in workflows' roles when they solve math problems.
+AGENT_PROMPTS = {
+    "solver": SOLVE,
+    "verifier": "You check math solutions for mistakes.",
+    "reviser": "You fix math solutions using a review.",
+    "aggregator": "You compare candidate solutions and pick the right final answer.",
+    "debater": SOLVE,
+    "planner": "You split math problems into short numbered subtasks.",
+    "worker": "You carry out one subtask of a math problem.",
+    "router": "You choose which experts should solve a problem.",
+    "arithmetic_expert": "You are an arithmetic expert. " + SOLVE,
+    "algebra_expert": "You are an algebra expert. " + SOLVE,
+    "checker": "You solve problems carefully and double-check. " + SOLVE,
+}
+
+
+def load_tasks(cfg: Any, split: str, size: int) -> list[Task]:
+    """The first `size` tasks of `split`. reasoning-gym splits are generated exactly as
+    `math_splits` does (train excludes every held-out question), so a prefix here is a prefix
+    of the full split; a file's held-out split is its first task.heldout_size records."""
+    if cfg.source == "reasoning_gym":
+        from srpo.tasks.math import math_splits, reasoning_gym_tasks
+
+        if split == "heldout":
+            return reasoning_gym_tasks(cfg.dataset, size=size, seed=cfg.seed, split="heldout",
+                                       config=cfg.difficulty)
+        train, _ = math_splits(cfg.dataset, train_size=size, heldout_size=cfg.heldout_size,
+                               seed=cfg.seed, config=cfg.difficulty)
+        return train
+    from srpo.tasks.math import load_gsm8k, load_math500
+
+    loader = load_gsm8k if cfg.source == "gsm8k" else load_math500
+    tasks = loader(cfg.path)
+    # Files have no train/heldout split of their own: held-out = the first heldout_size records.
+    tasks = tasks[cfg.heldout_size :] if split == "train" else tasks[: cfg.heldout_size]
+    if len(tasks) < size:
+        raise ValueError(f"{cfg.path}: only {len(tasks)} {split} tasks, asked for {size}")
+    return tasks[:size]
+
+
+def make_reward(cfg: Any) -> Any:
+    from srpo.tasks.math import MathReward
+
+    r = cfg.reward
+    return MathReward(correct_weight=r.correct_weight, format_weight=r.format_weight,
+                      format_rule=r.format_rule, strict=r.strict, timeout_s=r.timeout_s)
+
+
+def answer_key(text: str) -> str | None:
+    """The extracted final answer, whitespace-normalized; None if absent (majority votes)."""
+    from srpo.tasks.math.answers import extract_answer
+
+    found = extract_answer(text)
+    return None if found is None else "".join(found.split())
+
+
+def check_file_split(cfg: Any) -> None:
+    """A local GSM8K / MATH-500 file is split by position (held-out = its first
+    task.heldout_size records, train = the next task.train_size): refuse a question in both.
+    reasoning-gym splits are disjoint by construction (math_splits), so only files are read."""
+    if cfg.source == "reasoning_gym":
+        return
+    from srpo.tasks.math.loaders import check_heldout_overlap
+
+    check_heldout_overlap(load_tasks(cfg, "heldout", cfg.heldout_size),
+                          load_tasks(cfg, "train", cfg.train_size), source=str(cfg.path))
+
+
+PACK = TaskPack(
+    name="math",
+    description="math problems (reasoning-gym, GSM8K, MATH-500) scored by math-verify",
+    load_tasks=load_tasks,
+    make_reward=make_reward,
+    success_component="correct",  # MathReward.success_component
+    agents={role: {"system_prompt": prompt} for role, prompt in AGENT_PROMPTS.items()},
+    answer_key=answer_key,
+    check=check_file_split,
+)
