@@ -78,7 +78,7 @@ def build_policies(model_cfg: ModelConfig, cfg: PoliciesConfig, device: str = "c
 
 
 def build_agents(cfg: Config) -> dict[str, AgentSpec]:
-    base = SamplingParams(**vars(cfg.sampling))
+    base = SamplingParams(**cfg.sampling.model_dump())
     return {
         name: AgentSpec(
             name=name,
