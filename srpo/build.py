@@ -95,8 +95,7 @@ def build_agents(cfg: Config, workflow: Workflow | None = None) -> dict[str, Age
     if workflow is None:
         workflow = build_workflow_from(cfg)
     defaults = agent_defaults(workflow, task_pack(cfg))
-    base = SamplingParams(**cfg.sampling.model_dump()) if hasattr(cfg.sampling, "model_dump") \
-        else SamplingParams(**vars(cfg.sampling))
+    base = SamplingParams(**cfg.sampling.model_dump())
     agents = {}
     for name in dict.fromkeys([*defaults, *cfg.agents]):
         fields = dict(defaults.get(name, {}))

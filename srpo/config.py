@@ -1,47 +1,112 @@
-"""Typed, validated run configuration: dataclasses loaded from YAML + `key=value` overrides.
+"""Typed, validated run configuration: pydantic models loaded from YAML + `key=value` overrides.
 
     cfg = load_config("configs/smoke.yaml", ["sampling.temperature=0.7", "group_size=2"])
     cfg.sampling.temperature        # 0.7
 
-Rules (the loader is generic, so later sections only add dataclasses):
-  * every section is a dataclass; every field has a type and a comment saying what it is;
+Rules (later sections only add models):
+  * every section is a pydantic model (`_Section`); every field has a type and a comment saying
+    what it is;
   * unknown keys and wrong types raise ConfigError naming the dotted key (and the known keys);
+    an int field takes only an int (not a bool, not "3"), a bool only a bool, a str only a str,
+    a list field a list or a tuple;
   * a mapping field (e.g. `agents`) given in YAML replaces its default mapping as a whole;
   * overrides are applied after the YAML, on the complete config: `a.b.c=value`, the value
     parsed as YAML (`0.7`, `true`, `[a, b]`, `null`) except for string fields, which take the
     text verbatim; a new key of a mapping field creates an entry (`agents.critic.policy=shared`);
   * a float field also takes a number written as text (`1e-5`, which YAML 1.1 reads as a
     string); names that become file names (policy names) must be plain file names;
-  * the config is validated once, at construction, and never mutated while running;
-    load_config also checks what the config needs of this machine (check_environment: a CUDA
-    device, a writable output_dir).
+  * the config is validated once, at construction (from a mapping or with keywords in code),
+    and never mutated while running; load_config also checks what the config needs of this
+    machine (check_environment: a CUDA device, a writable output_dir).
+
+What pydantic does: the schema. Each section is a `BaseModel` with `extra="forbid"` and strict
+types (so no coercion but int -> float), plus two field types of this module: `Float` (a float
+that also takes finite number text) and `List[T]` (a list that also takes a tuple). The rules of
+a section that involve several fields or other modules (`policies.kind`, templates, method
+names, sampling parameters...) are its `model_validator`s, which raise ConfigError themselves.
+
+What this module still does itself: turning pydantic's ValidationError into one ConfigError
+that names the dotted key (`_config_error`); the `key=value` override parser (`parse_override`,
+`apply_overrides`, `set_dotted`, which needs the declared type of a dotted key to leave string
+values verbatim); resetting the params of a workflow changed by an override; reading the YAML
+file; and the machine checks (`check_environment`), which Config itself never runs.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 import os
 import re
 import types
 import typing
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence, Union
+from typing import Annotated, Any, Mapping, Self, Sequence, TypeVar, Union
 
 import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 
 class ConfigError(ValueError):
     """A config value is missing, unknown or of the wrong type; the message names its key."""
 
 
+# --------------------------------------------------------------------------- field types
+
+
+def _number_text(value: Any) -> Any:
+    """A number written as text, e.g. `1e-5`: YAML 1.1 reads an exponent without a dot as a
+    string, in files and in `key=value` overrides alike. Only finite numbers are taken; any
+    other text is left for the float check to refuse."""
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return value
+        return number if math.isfinite(number) else value
+    return value
+
+
+def _tuple_as_list(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+T = TypeVar("T")
+# a float field: an int or a float, or a finite number written as text
+Float = Annotated[float, BeforeValidator(_number_text)]
+# a list field: a list, or a tuple (stored as a list)
+List = Annotated[list[T], BeforeValidator(_tuple_as_list)]
+
+
+class _Section(BaseModel):
+    """A config section: strict types, unknown keys refused, every error a ConfigError."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    def __init__(self, /, **data: Any) -> None:
+        # keyword construction in code validates like a mapping loaded from YAML
+        try:
+            super().__init__(**data)
+        except ValidationError as e:
+            raise _config_error(type(self), e) from e
+
+    # Not a "custom __init__" to pydantic (as in its RootModel): a section nested in a mapping is
+    # validated by pydantic's schema, not through this method, so its errors keep their location.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+
 # --------------------------------------------------------------------------- sections
 
 
-@dataclass
-class ModelConfig:
+class ModelConfig(_Section):
     """Which model every policy starts from."""
 
     name: str = "tiny"  # "tiny" (random, built in code) | "smollm2" | path to an HF model folder
@@ -52,40 +117,43 @@ class ModelConfig:
     init_seed: int = 0  # tiny only: seed of the random initialisation
     dtype: str = "float32"  # "float32" | "bfloat16" | "float16"
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         _one_of("model.arch", self.arch, ("llama", "qwen2"))
         _one_of("model.tokenizer", self.tokenizer, ("bytes", "smollm2"))
         _one_of("model.dtype", self.dtype, ("float32", "bfloat16", "float16"))
         _positive("model.hidden_size", self.hidden_size)
         _positive("model.num_layers", self.num_layers)
+        return self
 
 
-@dataclass
-class LoraSection:
+class LoraSection(_Section):
     """LoRA adapters (policies.kind = "lora": one adapter per policy name)."""
 
     rank: int = 8  # r
-    alpha: float = 16.0  # lora_alpha (scale = alpha / rank)
-    dropout: float = 0.0  # lora_dropout
-    target_modules: Union[str, list[str]] = "all-linear"  # peft target_modules
+    alpha: Float = 16.0  # lora_alpha (scale = alpha / rank)
+    dropout: Float = 0.0  # lora_dropout
+    target_modules: Union[str, List[str]] = "all-linear"  # peft target_modules
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         _positive("policies.lora.rank", self.rank)
         if not 0 <= self.dropout < 1:
             raise ConfigError(f"policies.lora.dropout must be in [0, 1), got {self.dropout}")
+        return self
 
 
-@dataclass
-class PoliciesConfig:
+class PoliciesConfig(_Section):
     """How policies map to models. Agents name one of `names` as their policy."""
 
     kind: str = "shared"  # "shared" (one model) | "separate" (a model per name) | "lora"
-    names: list[str] = field(default_factory=lambda: ["shared"])  # policy names
+    names: List[str] = Field(default_factory=lambda: ["shared"])  # policy names
     # separate: the model of each policy name (a name without an entry uses `model`)
-    models: dict[str, ModelConfig] = field(default_factory=dict)
-    lora: LoraSection = field(default_factory=LoraSection)  # lora: adapter settings
+    models: dict[str, ModelConfig] = Field(default_factory=dict)
+    lora: LoraSection = Field(default_factory=LoraSection)  # lora: adapter settings
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         _one_of("policies.kind", self.kind, ("shared", "separate", "lora"))
         # policy names become file and folder names (checkpoints/.../policy-<name>.safetensors,
         # export/<name>): refuse a bad one now, not at the first checkpoint
@@ -106,78 +174,83 @@ class PoliciesConfig:
             )
         if self.models and self.kind != "separate":
             raise ConfigError("policies.models is only used with policies.kind = 'separate'")
+        return self
 
 
-@dataclass
-class SamplingConfig:
+class SamplingConfig(_Section):
     """Default sampling of every agent (an agent may override fields in agents.<name>.sampling)."""
 
-    temperature: float = 1.0  # 0 = greedy
+    temperature: Float = 1.0  # 0 = greedy
     top_k: int = 0  # 0 = off
-    top_p: float = 1.0  # 1 = off
+    top_p: Float = 1.0  # 1 = off
     max_new_tokens: int = 64  # tokens per generation (eos included)
-    stop: list[str] = field(default_factory=list)  # stop strings, e.g. ["</search>"] (kept)
+    stop: List[str] = Field(default_factory=list)  # stop strings, e.g. ["</search>"] (kept)
 
-    def __post_init__(self) -> None:
-        _sampling_params(dataclasses.asdict(self), "sampling")
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        _sampling_params(self.model_dump(), "sampling")
+        return self
 
 
-@dataclass
-class AgentConfig:
+class AgentConfig(_Section):
     """One role."""
 
     policy: str = "shared"  # one of policies.names
     system_prompt: str = ""  # its system turn ("" = none; SmolLM2's template then adds its own)
     template: str = "{input}"  # its user turn; {input} = what the workflow asks
-    sampling: dict[str, Any] = field(default_factory=dict)  # overrides of `sampling` fields
+    sampling: dict[str, Any] = Field(default_factory=dict)  # overrides of `sampling` fields
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         from srpo.workflows.base import check_template
 
         try:
             check_template(self.template, ["input"], where="agent template")
         except ValueError as e:
             raise ConfigError(str(e)) from e
+        return self
 
 
-@dataclass
-class WorkflowConfig:
+class WorkflowConfig(_Section):
     """Which workflow runs (see `srpo workflows`) and its parameters."""
 
     name: str = "single"  # a registered workflow name, or "file.py:Class" / "package.module:Class"
-    params: dict[str, Any] = field(default_factory=dict)  # keyword arguments of its factory
+    params: dict[str, Any] = Field(default_factory=dict)  # keyword arguments of its factory
 
-    def __post_init__(self) -> None:
+    @field_validator("name")
+    @classmethod
+    def _resolve_file(cls, name: str) -> str:
         # a workflow file is stored resolved, so a run's config.yaml names it from any directory
         # (`srpo eval RUN_DIR` elsewhere); a path that does not exist is left for the registry's error
-        file, sep, cls = self.name.rpartition(":")
+        file, sep, class_name = name.rpartition(":")
         if sep and file.endswith(".py") and Path(file).is_file():
-            self.name = f"{Path(file).resolve()}:{cls}"
+            return f"{Path(file).resolve()}:{class_name}"
+        return name
 
 
-@dataclass
-class RewardConfig:
+class RewardConfig(_Section):
     """The math outcome reward (srpo.tasks.math.MathReward)."""
 
-    correct_weight: float = 1.0  # weight of the 0/1 correctness component
-    format_weight: float = 0.0  # weight of the 0/1 format component
+    correct_weight: Float = 1.0  # weight of the 0/1 correctness component
+    format_weight: Float = 0.0  # weight of the 0/1 format component
     format_rule: str = "any"  # "boxed" | "explicit" | "any"
     strict: bool = False  # correct only counts when the format is right
-    timeout_s: float | None = 5.0  # limit of one symbolic equivalence check
+    timeout_s: Float | None = 5.0  # limit of one symbolic equivalence check
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         _one_of("task.reward.format_rule", self.format_rule, ("boxed", "explicit", "any"))
+        return self
 
 
-@dataclass
-class SearchConfig:
+class SearchConfig(_Section):
     """Search tasks (task.name: search): corpus and questions, retriever, protocol, reward.
 
     Splits use task.train_size / heldout_size / seed (the world's seed too)."""
 
     corpus: str = "world"  # "world" (generated fictional entities, synthetic) | "wiki" | "jsonl"
-    world: dict[str, Any] = field(default_factory=dict)  # world: generate_world keyword args
-    hops: list[int] = field(default_factory=lambda: [1, 2, 3])  # world: question hop counts
+    world: dict[str, Any] = Field(default_factory=dict)  # world: generate_world keyword args
+    hops: List[int] = Field(default_factory=lambda: [1, 2, 3])  # world: question hop counts
     corpus_path: str | None = None  # jsonl: documents, one {"id", "title", "text"} a line
     questions_path: str | None = None  # jsonl: questions file (JSONL / JSON array / Parquet)
     questions_format: str = "nq"  # jsonl: "nq" | "hotpotqa" | "2wiki" | "musique" (its loader)
@@ -187,15 +260,16 @@ class SearchConfig:
     max_calls_per_turn: int = 1  # searches run per generation (the rest get a note)
     max_turns: int = 4  # a searcher's turn budget (generations, the answering one included)
     max_observation_chars: int = 1200  # longest observation body (cut, with a marker)
-    em_weight: float = 1.0  # weight of the exact-match component
-    f1_weight: float = 0.0  # weight of the token-F1 component
-    cover_weight: float = 0.0  # weight of the cover component (a gold answer occurs in the answer)
-    format_weight: float = 0.1  # weight of the format component (<answer> protocol kept)
+    em_weight: Float = 1.0  # weight of the exact-match component
+    f1_weight: Float = 0.0  # weight of the token-F1 component
+    cover_weight: Float = 0.0  # weight of the cover component (a gold answer occurs in the answer)
+    format_weight: Float = 0.1  # weight of the format component (<answer> protocol kept)
     # small models: a search_parallel query writer's tagless reply is the query, and an answer
     # reply without <answer> answers with its first line (format component 0)
     plain_text_fallback: bool = False
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         _one_of("task.search.corpus", self.corpus, ("world", "wiki", "jsonl"))
         _one_of("task.search.retriever", self.retriever, ("bm25", "dense", "fused"))
         _one_of("task.search.questions_format", self.questions_format,
@@ -206,42 +280,44 @@ class SearchConfig:
             raise ConfigError(f"task.search.hops must be among 1, 2, 3, got {self.hops}")
         for key in ("top_k", "max_calls_per_turn", "max_turns", "max_observation_chars"):
             _positive(f"task.search.{key}", getattr(self, key))
+        return self
 
 
-@dataclass
-class TestbedConfig:
+class TestbedConfig(_Section):
     """Testbed cover tasks (task.name: testbed; srpo.tasks.testbed, docs/testbed.md)."""
 
-    set_sizes: list[int] = field(default_factory=lambda: [4])  # k of each task, in turn
+    set_sizes: List[int] = Field(default_factory=lambda: [4])  # k of each task, in turn
     rounds: int = 1  # targets (transitions) per episode
     alphabet_factor: int = 2  # m = alphabet_factor * k symbols per task
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         from srpo.tasks.testbed.tasks import CoverSpec
 
         try:
             CoverSpec(tuple(self.set_sizes), self.rounds, self.alphabet_factor)
         except ValueError as e:
             raise ConfigError(f"task.testbed: {e}") from e
+        return self
 
 
-@dataclass
-class TaskConfig:
+class TaskConfig(_Section):
     """Where tasks come from and how answers are scored."""
 
     name: str = "math"  # task family: "math" | "search" | "testbed" (settings in `search` / `testbed`)
     source: str = "reasoning_gym"  # "reasoning_gym" | "gsm8k" | "math500"
     dataset: str = "basic_arithmetic"  # reasoning_gym: the dataset name
-    difficulty: dict[str, Any] = field(default_factory=dict)  # reasoning_gym: its config knobs
+    difficulty: dict[str, Any] = Field(default_factory=dict)  # reasoning_gym: its config knobs
     path: str | None = None  # gsm8k / math500: a local .jsonl or .parquet file
     train_size: int = 500  # tasks in the train split
     heldout_size: int = 200  # tasks in the held-out split (disjoint from train)
     seed: int = 0  # generation seed of the splits
-    reward: RewardConfig = field(default_factory=RewardConfig)  # math outcome reward
-    search: SearchConfig = field(default_factory=SearchConfig)  # name "search": its settings
-    testbed: TestbedConfig = field(default_factory=TestbedConfig)  # name "testbed": its settings
+    reward: RewardConfig = Field(default_factory=RewardConfig)  # math outcome reward
+    search: SearchConfig = Field(default_factory=SearchConfig)  # name "search": its settings
+    testbed: TestbedConfig = Field(default_factory=TestbedConfig)  # name "testbed": its settings
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         _one_of("task.name", self.name, ("math", "search", "testbed"))
         if self.name == "search" and self.reward != RewardConfig():
             raise ConfigError(
@@ -253,10 +329,10 @@ class TaskConfig:
             raise ConfigError(f"task.source {self.source!r} needs task.path (a local file)")
         _positive("task.train_size", self.train_size, zero_ok=True)
         _positive("task.heldout_size", self.heldout_size, zero_ok=True)
+        return self
 
 
-@dataclass
-class RolloutConfig:
+class RolloutConfig(_Section):
     """Generation engine settings."""
 
     max_batch_size: int | None = None  # rows per generate call (None = all of a round)
@@ -265,31 +341,32 @@ class RolloutConfig:
     # or "multinomial" (HF generate's torch.multinomial); the same distribution, other random draws
     sampler: str = "inverse_cdf"
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         if self.max_batch_size is not None:
             _positive("rollout.max_batch_size", self.max_batch_size)
         _one_of("rollout.sampler", self.sampler, ("inverse_cdf", "multinomial"))
+        return self
 
 
-@dataclass
-class TrainConfig:
+class TrainConfig(_Section):
     """The optimization: method, batch shape, optimizer, regularizers."""
 
     method: str = "srpo"  # srpo | grpo | dapo | dr_grpo | gspo | magrpo | at_grpo | dr_mas (`srpo methods`)
-    method_settings: dict[str, Any] = field(default_factory=dict)  # MethodSpec overrides, e.g. {reduction: pooled}
+    method_settings: dict[str, Any] = Field(default_factory=dict)  # MethodSpec overrides, e.g. {reduction: pooled}
     steps: int = 2  # optimizer phases (rollout + update rounds) of the run
     tasks_per_step: int = 4  # distinct train tasks per step; each is rolled out group_size times
     epochs: int = 1  # K passes over each rollout batch
     minibatches: int = 1  # optimizer steps per epoch; each holds whole sets
     micro_batch_tokens: int = 16384  # padded tokens per forward/backward (memory knob; exact)
-    lr: float = 1e-5  # AdamW learning rate of every policy
-    policy_lr: dict[str, float] = field(default_factory=dict)  # per-policy learning rates
-    weight_decay: float = 0.0  # AdamW weight decay
-    adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW betas
+    lr: Float = 1e-5  # AdamW learning rate of every policy
+    policy_lr: dict[str, Float] = Field(default_factory=dict)  # per-policy learning rates
+    weight_decay: Float = 0.0  # AdamW weight decay
+    adam_betas: List[Float] = Field(default_factory=lambda: [0.9, 0.999])  # AdamW betas
     warmup_steps: int = 0  # linear learning-rate warm-up (optimizer steps)
-    grad_clip: float = 1.0  # max global gradient norm per policy (0 = off)
-    kl_beta: float = 0.0  # beta of the k3 KL penalty to the initial policy (0 = no reference model)
-    entropy_alpha: float = 0.0  # alpha of the entropy bonus
+    grad_clip: Float = 1.0  # max global gradient norm per policy (0 = off)
+    kl_beta: Float = 0.0  # beta of the k3 KL penalty to the initial policy (0 = no reference model)
+    entropy_alpha: Float = 0.0  # alpha of the entropy bonus
     logprob_chunk_size: int = 1024  # tokens per lm_head chunk in log-prob computation
     # leave sets whose advantage is exactly 0 out of the old-log-prob pass and the update's
     # forward and backward (their loss and gradient are exactly 0; normalizations stay those of
@@ -306,13 +383,16 @@ class TrainConfig:
     dynamic_sampling_max_draws: int = 3
     threads: int | None = None  # torch CPU threads (None = torch's default)
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         from srpo.objective.methods import get_method
 
         try:
             get_method(self.method, **self.method_settings)
         except ValueError as e:
             raise ConfigError(f"train.method / train.method_settings: {e}") from e
+        except TypeError as e:  # a method setting of the wrong type, e.g. clip_low: abc
+            raise ConfigError(f"train: {e}") from e
         for key in ("steps", "tasks_per_step", "epochs", "minibatches", "micro_batch_tokens",
                     "logprob_chunk_size", "dynamic_sampling_max_draws"):
             _positive(f"train.{key}", getattr(self, key))
@@ -325,10 +405,10 @@ class TrainConfig:
                 raise ConfigError(f"train.{key} must be >= 0, got {getattr(self, key)}")
         if self.threads is not None and self.threads < 1:  # torch would fail much later
             raise ConfigError(f"train.threads must be >= 1 (or null: torch's default), got {self.threads}")
+        return self
 
 
-@dataclass
-class EvalConfig:
+class EvalConfig(_Section):
     """Held-out evaluation: greedy, one rollout per held-out task."""
 
     before: bool = True  # evaluate before training
@@ -341,16 +421,17 @@ class EvalConfig:
     # batch. None: all at once (one batch: no progress until the end)
     batch_tasks: int | None = 64
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         _positive("eval.every", self.every, zero_ok=True)
         if self.size is not None:
             _positive("eval.size", self.size, zero_ok=True)
         if self.batch_tasks is not None:
             _positive("eval.batch_tasks", self.batch_tasks)
+        return self
 
 
-@dataclass
-class CheckpointConfig:
+class CheckpointConfig(_Section):
     """What a run writes besides metrics.jsonl."""
 
     every: int = 0  # checkpoint every N steps (0 = only at the end)
@@ -364,11 +445,13 @@ class CheckpointConfig:
     episodes_per_step: int | None = 256
     report: bool = True  # write RUN/report.html (srpo report) at the end
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         _positive("checkpoint.every", self.every, zero_ok=True)
         _positive("checkpoint.keep_last", self.keep_last)
         if self.episodes_per_step is not None:
             _positive("checkpoint.episodes_per_step", self.episodes_per_step, zero_ok=True)
+        return self
 
 
 def _default_agents() -> dict[str, AgentConfig]:
@@ -403,27 +486,27 @@ def _default_agents() -> dict[str, AgentConfig]:
     return agents
 
 
-@dataclass
-class Config:
+class Config(_Section):
     """A run: model and policies, agents, workflow, tasks, sampling, rollout settings."""
 
-    model: ModelConfig = field(default_factory=ModelConfig)  # base model of every policy
-    policies: PoliciesConfig = field(default_factory=PoliciesConfig)  # policy layout
-    agents: dict[str, AgentConfig] = field(default_factory=_default_agents)  # role -> settings
-    workflow: WorkflowConfig = field(default_factory=WorkflowConfig)  # what the agents run
-    task: TaskConfig = field(default_factory=TaskConfig)  # tasks and reward
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)  # default sampling
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)  # generation engine
+    model: ModelConfig = Field(default_factory=ModelConfig)  # base model of every policy
+    policies: PoliciesConfig = Field(default_factory=PoliciesConfig)  # policy layout
+    agents: dict[str, AgentConfig] = Field(default_factory=_default_agents)  # role -> settings
+    workflow: WorkflowConfig = Field(default_factory=WorkflowConfig)  # what the agents run
+    task: TaskConfig = Field(default_factory=TaskConfig)  # tasks and reward
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)  # default sampling
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)  # generation engine
     group_size: int = 4  # G: rollouts per task (one advantage group; >= 2 to train)
     seed: int = 0  # seeds sampling (torch) and workflow randomness
     device: str = "cpu"  # torch device of the models
-    train: TrainConfig = field(default_factory=TrainConfig)  # optimization (srpo train)
-    eval: EvalConfig = field(default_factory=EvalConfig)  # held-out evaluation
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)  # run outputs
+    train: TrainConfig = Field(default_factory=TrainConfig)  # optimization (srpo train)
+    eval: EvalConfig = Field(default_factory=EvalConfig)  # held-out evaluation
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)  # run outputs
     output_dir: str = "runs/default"  # run directory (config.yaml, metrics.jsonl, checkpoints/, plots/)
     resume: bool = False  # continue the latest complete checkpoint in output_dir
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         _positive("group_size", self.group_size)
         if self.train.tasks_per_step > self.task.train_size:
             raise ConfigError(
@@ -440,14 +523,15 @@ class Config:
                     f"agents.{name}.policy: unknown policy {agent.policy!r}; known policies "
                     f"(policies.names): {self.policies.names}"
                 )
-            defaults = dataclasses.asdict(self.sampling)
+            defaults = self.sampling.model_dump()
             unknown = sorted(set(agent.sampling) - set(defaults))
             if unknown:
                 raise ConfigError(
                     f"agents.{name}.sampling: unknown key(s) {unknown}; known: "
-                    f"{sorted(dataclasses.asdict(self.sampling))}"
+                    f"{sorted(defaults)}"
                 )
             _sampling_params({**defaults, **agent.sampling}, f"agents.{name}.sampling")
+        return self
 
 
 # --------------------------------------------------------------------------- validation helpers
@@ -528,126 +612,133 @@ def _sampling_params(values: Mapping[str, Any], key: str) -> Any:
         raise ConfigError(f"{key}: {e}") from e
 
 
-# --------------------------------------------------------------------------- generic loader
+# --------------------------------------------------------------------------- loader
 
 
-def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
-
-
-def _convert(tp: Any, value: Any, key: str) -> Any:
-    """`value` checked (and lightly coerced: int -> float, tuple -> list) against type `tp`."""
-    origin = typing.get_origin(tp)
-    if tp is Any:
-        return value
-    if origin in (Union, types.UnionType):
-        options = typing.get_args(tp)
-        if value is None:
-            if type(None) in options:
-                return None
-            raise ConfigError(f"{key} must not be null")
-        errors = []
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return _convert(option, value, key)
-            except ConfigError as e:
-                errors.append(str(e))
-        raise ConfigError(
-            f"{key}: {value!r} matches none of {_type_name(tp)} ({'; '.join(errors)})"
-        )
-    if dataclasses.is_dataclass(tp):
-        if isinstance(value, tp):
-            return value
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{key} must be a mapping (section {tp.__name__}), got {value!r}")
-        return from_dict(tp, value, prefix=key + ".")
-    if origin in (list, Sequence) or tp is list:
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key} must be a list, got {type(value).__name__} {value!r}")
-        (item,) = typing.get_args(tp) or (Any,)
-        return [_convert(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
-    if origin in (dict, Mapping) or tp is dict:
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{key} must be a mapping, got {type(value).__name__} {value!r}")
-        k_tp, v_tp = typing.get_args(tp) or (str, Any)
-        out = {}
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise ConfigError(f"{key}: keys must be strings, got {k!r}")
-            out[k] = _convert(v_tp, v, f"{key}.{k}")
-        return out
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{key} must be true or false, got {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{key} must be an integer, got {type(value).__name__} {value!r}")
-        return value
-    if tp is float:
-        if isinstance(value, str):
-            return _float_text(value, key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{key} must be a number, got {type(value).__name__} {value!r}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{key} must be a string, got {type(value).__name__} {value!r}")
-        return value
-    raise ConfigError(f"{key}: unsupported config type {_type_name(tp)}")  # a bug in a section
-
-
-def _float_text(value: str, key: str) -> float:
-    """A number written as text, e.g. `1e-5`: YAML 1.1 reads an exponent without a dot as a
-    string, in files and in `key=value` overrides alike. Only finite numbers are taken."""
+def from_dict(cls: type[BaseModel], data: Mapping[str, Any]) -> Any:
+    """Build section `cls` from a mapping, recursively; ConfigError names any bad key."""
     try:
-        number = float(value)
-    except ValueError:
-        number = math.nan
-    if not math.isfinite(number):
-        raise ConfigError(f"{key} must be a number, got str {value!r}")
-    return number
+        return cls.model_validate(data)
+    except ValidationError as e:
+        raise _config_error(cls, e) from e
 
 
-def from_dict(cls: type, data: Mapping[str, Any], *, prefix: str = "") -> Any:
-    """Build dataclass `cls` from a mapping, recursively; ConfigError names any bad key."""
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        raise ConfigError(
-            f"unknown key(s) {[prefix + k for k in unknown]}; known keys"
-            f"{' of ' + prefix.rstrip('.') if prefix else ''}: {sorted(fields)}"
-        )
-    kwargs = {name: _convert(hints[name], data[name], prefix + name) for name in data}
-    try:
-        return cls(**kwargs)
-    except ConfigError:
-        raise
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: {e}") from e
-
-
-def to_dict(config: Any) -> dict[str, Any]:
+def to_dict(config: BaseModel) -> dict[str, Any]:
     """The config as plain data (YAML-safe), e.g. to save next to a run."""
-    return dataclasses.asdict(config)
+    return config.model_dump()
+
+
+def _declared(tp: Any) -> Any:
+    """A declared type without its pydantic metadata (Annotated) and without Optional."""
+    while typing.get_origin(tp) is Annotated:
+        tp = typing.get_args(tp)[0]
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        non_none = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(non_none) == 1:
+            return _declared(non_none[0])
+    return tp
+
+
+def _is_section(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, BaseModel)
+
+
+def _error_key(cls: Any, loc: Sequence[Any]) -> tuple[str, Any, tuple[str, Any, int] | None]:
+    """A pydantic error location as a dotted key (`train.adam_betas[1]`, `agents.solver.policy`),
+    the type declared there, and (key, type, position in loc) of the union of several types it
+    went through, if any (pydantic puts the tag of the member tried under it, not in the key)."""
+    key, tp, union = "", cls, None
+    for i, part in enumerate(loc):
+        tp = _declared(tp)
+        if union is None and typing.get_origin(tp) in (Union, types.UnionType):
+            union, tp = (key, tp, i), Any  # `part` is the member's tag
+            continue
+        if isinstance(part, int) and (tp is Any or typing.get_origin(tp) is list):
+            key += f"[{part}]"
+        else:
+            key += f".{part}" if key else str(part)
+        if _is_section(tp):
+            field = tp.model_fields.get(str(part))
+            tp = field.annotation if field is not None else Any
+        elif typing.get_origin(tp) is dict:
+            tp = typing.get_args(tp)[1]
+        elif typing.get_origin(tp) is list:
+            tp = typing.get_args(tp)[0]
+        else:
+            tp = Any
+    return key, _declared(tp), union
+
+
+# pydantic's type errors (strict mode) -> what the value must be
+_MUST_BE = {
+    "int_type": "an integer",
+    "float_type": "a number",
+    "string_type": "a string",
+    "list_type": "a list",
+    "dict_type": "a mapping",
+}
+
+
+def _error_message(cls: Any, error: Mapping[str, Any]) -> str:
+    """One pydantic error as a sentence that names its dotted key."""
+    loc, kind, value = error["loc"], error["type"], error.get("input")
+    if loc and loc[-1] == "[key]":  # a key of a mapping field
+        return f"{_error_key(cls, loc[:-2])[0]}: keys must be strings, got {loc[-2]!r}"
+    key = _error_key(cls, loc)[0] or cls.__name__
+    if kind in ("value_error", "assertion_error"):
+        raised = error.get("ctx", {}).get("error")
+        if isinstance(raised, ConfigError):
+            return str(raised)  # a section's own rule: its message names the key already
+        return f"{key}: {raised if raised is not None else error['msg']}"
+    if kind == "bool_type":
+        return f"{key} must be true or false, got {value!r}"
+    if kind in ("model_type", "model_attributes_type"):
+        return f"{key} must be a mapping (section {error['ctx']['class_name']}), got {value!r}"
+    if kind in _MUST_BE:
+        return f"{key} must be {_MUST_BE[kind]}, got {type(value).__name__} {value!r}"
+    return f"{key}: {error['msg']}"
+
+
+def _config_error(cls: Any, e: ValidationError) -> ConfigError:
+    """pydantic's ValidationError as one ConfigError naming the dotted key. Unknown keys come
+    first (all those of the first section that has some, with its known keys), else the first
+    error; a value that matches no member of a union lists why for each member."""
+    errors = e.errors(include_url=False)
+    unknown = [err for err in errors if err["type"] == "extra_forbidden"]
+    if unknown:
+        parent = unknown[0]["loc"][:-1]
+        where, section, _ = _error_key(cls, parent)
+        names = sorted(f"{where}.{err['loc'][-1]}" if where else str(err["loc"][-1])
+                       for err in unknown if err["loc"][:-1] == parent)
+        known = sorted(section.model_fields)
+        return ConfigError(
+            f"unknown key(s) {names}; known keys{' of ' + where if where else ''}: {known}"
+        )
+    union = _error_key(cls, errors[0]["loc"])[2]
+    if union is None:
+        return ConfigError(_error_message(cls, errors[0]))
+    key, tp, at = union
+    members = [err for err in errors if _error_key(cls, err["loc"])[2] == union]
+    # the value given: the input of an error of a member itself (not of an item below it)
+    value = next((err["input"] for err in members if len(err["loc"]) == at + 1), members[0]["input"])
+    if value is None:
+        return ConfigError(f"{key} must not be null")
+    names = " | ".join(str(a).replace("typing.", "") if typing.get_origin(a) else a.__name__
+                       for a in map(_declared, typing.get_args(tp)))
+    reasons = "; ".join(_error_message(cls, err) for err in members)
+    return ConfigError(f"{key}: {value!r} matches none of {names} ({reasons})")
 
 
 def _field_type(cls: Any, path: Sequence[str]) -> Any:
     """The declared type at a dotted path (Any when it goes below a free-form mapping)."""
     tp: Any = cls
     for part in path:
-        if typing.get_origin(tp) in (Union, types.UnionType):
-            non_none = [a for a in typing.get_args(tp) if a is not type(None)]
-            tp = non_none[0] if len(non_none) == 1 else Any
-        if dataclasses.is_dataclass(tp):
-            hints = typing.get_type_hints(tp)
-            if part not in hints:
-                return None  # unknown key: from_dict reports it with the known ones
-            tp = hints[part]
-        elif typing.get_origin(tp) in (dict, Mapping):
+        tp = _declared(tp)
+        if _is_section(tp):
+            if part not in tp.model_fields:
+                return None  # unknown key: validation reports it with the known ones
+            tp = tp.model_fields[part].annotation
+        elif typing.get_origin(tp) is dict:
             tp = typing.get_args(tp)[1]
         else:
             return Any

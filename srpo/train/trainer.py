@@ -161,7 +161,7 @@ class Trainer:
                 raise ValueError(f"train.tasks_per_step ({t.tasks_per_step}) must be >= the number "
                                  f"of processes ({self.dist.world}): ranks own whole tasks")
             if cfg.device.startswith("cuda"):
-                cfg = dataclasses.replace(cfg, device=f"cuda:{self.dist.local_rank}")
+                cfg = cfg.model_copy(update={"device": f"cuda:{self.dist.local_rank}"})
         check_minibatches(t.minibatches, t.tasks_per_step, cfg.group_size, self.dist.world)
         if t.dynamic_sampling and self.dist.active:
             raise ValueError("train.dynamic_sampling runs in one process only: ranks would keep different "
@@ -171,7 +171,7 @@ class Trainer:
         if cfg.resume and "{time}" in cfg.output_dir:
             raise ValueError("resume=true needs the run's actual output_dir, not a {time} template")
         self.run_dir = Path(broadcast_from_main(self.dist, run_dir))
-        self.cfg = cfg = dataclasses.replace(cfg, output_dir=str(self.run_dir))
+        self.cfg = cfg = cfg.model_copy(update={"output_dir": str(self.run_dir)})
         self.fingerprint = fingerprint_of(cfg)
         if t.threads:
             torch.set_num_threads(t.threads)
