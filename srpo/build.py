@@ -89,7 +89,8 @@ def build_agents(cfg: Config, workflow: Workflow | None = None) -> dict[str, Age
     An agent's fields come, lowest first, from the workflow's `default_agents`, the task pack's
     `agents` (its prompts for those roles) and the config's `agents.<name>` (field by field; a
     `sampling` mapping overlays the defaults' key by key). An agent whose policy is not given
-    uses the only policy of policies.names (with several, the config must name it).
+    uses the policy "shared" when policies.names has it, else the only one there is (with
+    several, the config must name it).
     workflow: default: the configured one.
     """
     if workflow is None:
@@ -106,7 +107,9 @@ def build_agents(cfg: Config, workflow: Workflow | None = None) -> dict[str, Age
             fields.update({k: v for k, v in given.items() if v is not None})
             sampling.update(configured.sampling)
         policy = fields.pop("policy", None)
-        if policy is None:
+        if policy is None and "shared" in cfg.policies.names:
+            policy = "shared"
+        elif policy is None:
             if len(cfg.policies.names) != 1:
                 raise ValueError(
                     f"agents.{name}.policy is not set and policies.names has several policies "

@@ -45,6 +45,20 @@ def add_rollout_commands(subparsers: argparse._SubParsersAction) -> None:
                               description="List the registered workflows, one line each.")
     w.set_defaults(handler=workflows_command)
 
+    k = subparsers.add_parser("packs", help="list the installed task packs (task.name)",
+                              description="List the installed task packs, one line each.")
+    k.set_defaults(handler=packs_command)
+
+
+def packs_command(args: argparse.Namespace) -> int:
+    from srpo.packs import load_all_packs
+
+    packs = load_all_packs()
+    width = max(len(p.name) for p in packs)
+    for pack in packs:
+        print(f"{pack.name:<{width}}  {pack.description}")
+    return 0
+
 
 def workflows_command(args: argparse.Namespace) -> int:
     from srpo.workflows.registry import list_workflows

@@ -50,9 +50,15 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    create_model,
     field_validator,
     model_validator,
 )
+
+from srpo.objective.methods import get_method
+from srpo.packs import get_pack
+from srpo.rollout.agents import SamplingParams
+from srpo.types import check_template
 
 
 class ConfigError(ValueError):
@@ -119,11 +125,11 @@ class ModelConfig(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> Self:
-        _one_of("model.arch", self.arch, ("llama", "qwen2"))
-        _one_of("model.tokenizer", self.tokenizer, ("bytes", "smollm2"))
-        _one_of("model.dtype", self.dtype, ("float32", "bfloat16", "float16"))
-        _positive("model.hidden_size", self.hidden_size)
-        _positive("model.num_layers", self.num_layers)
+        one_of("model.arch", self.arch, ("llama", "qwen2"))
+        one_of("model.tokenizer", self.tokenizer, ("bytes", "smollm2"))
+        one_of("model.dtype", self.dtype, ("float32", "bfloat16", "float16"))
+        positive("model.hidden_size", self.hidden_size)
+        positive("model.num_layers", self.num_layers)
         return self
 
 
@@ -137,7 +143,7 @@ class LoraSection(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> Self:
-        _positive("policies.lora.rank", self.rank)
+        positive("policies.lora.rank", self.rank)
         if not 0 <= self.dropout < 1:
             raise ConfigError(f"policies.lora.dropout must be in [0, 1), got {self.dropout}")
         return self
@@ -154,7 +160,7 @@ class PoliciesConfig(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> Self:
-        _one_of("policies.kind", self.kind, ("shared", "separate", "lora"))
+        one_of("policies.kind", self.kind, ("shared", "separate", "lora"))
         # policy names become file and folder names (checkpoints/.../policy-<name>.safetensors,
         # export/<name>): refuse a bad one now, not at the first checkpoint
         for i, name in enumerate(self.names):
@@ -193,21 +199,21 @@ class SamplingConfig(_Section):
 
 
 class AgentConfig(_Section):
-    """One role."""
+    """One role. A field left unset (null) comes from the role's defaults: the workflow's own
+    (`default_agents`), then the task pack's prompts for the role (srpo.build.build_agents)."""
 
-    policy: str = "shared"  # one of policies.names
-    system_prompt: str = ""  # its system turn ("" = none; SmolLM2's template then adds its own)
-    template: str = "{input}"  # its user turn; {input} = what the workflow asks
+    policy: str | None = None  # one of policies.names (null: "shared" if named there, else the only one)
+    system_prompt: str | None = None  # its system turn ("" = none; SmolLM2's template then adds its own)
+    template: str | None = None  # its user turn; {input} = what the workflow asks (default "{input}")
     sampling: dict[str, Any] = Field(default_factory=dict)  # overrides of `sampling` fields
 
     @model_validator(mode="after")
     def _check(self) -> Self:
-        from srpo.workflows.base import check_template
-
-        try:
-            check_template(self.template, ["input"], where="agent template")
-        except ValueError as e:
-            raise ConfigError(str(e)) from e
+        if self.template is not None:
+            try:
+                check_template(self.template, ["input"], where="agent template")
+            except ValueError as e:
+                raise ConfigError(str(e)) from e
         return self
 
 
@@ -220,116 +226,82 @@ class WorkflowConfig(_Section):
     @field_validator("name")
     @classmethod
     def _resolve_file(cls, name: str) -> str:
-        # a workflow file is stored resolved, so a run's config.yaml names it from any directory
-        # (`srpo eval RUN_DIR` elsewhere); a path that does not exist is left for the registry's error
-        file, sep, class_name = name.rpartition(":")
-        if sep and file.endswith(".py") and Path(file).is_file():
-            return f"{Path(file).resolve()}:{class_name}"
-        return name
+        return _resolved_file_ref(name)
 
 
-class RewardConfig(_Section):
-    """The math outcome reward (srpo.tasks.math.MathReward)."""
-
-    correct_weight: Float = 1.0  # weight of the 0/1 correctness component
-    format_weight: Float = 0.0  # weight of the 0/1 format component
-    format_rule: str = "any"  # "boxed" | "explicit" | "any"
-    strict: bool = False  # correct only counts when the format is right
-    timeout_s: Float | None = 5.0  # limit of one symbolic equivalence check
-
-    @model_validator(mode="after")
-    def _check(self) -> Self:
-        _one_of("task.reward.format_rule", self.format_rule, ("boxed", "explicit", "any"))
-        return self
+def _resolved_file_ref(name: str) -> str:
+    """"file.py:NAME" with the file's absolute path, so a run's config.yaml names it from any
+    directory (`srpo eval RUN_DIR` elsewhere); a path that does not exist is left for the
+    loader's error."""
+    file, sep, attr = name.rpartition(":")
+    if sep and file.endswith(".py") and Path(file).is_file():
+        return f"{Path(file).resolve()}:{attr}"
+    return name
 
 
-class SearchConfig(_Section):
-    """Search tasks (task.name: search): corpus and questions, retriever, protocol, reward.
-
-    Splits use task.train_size / heldout_size / seed (the world's seed too)."""
-
-    corpus: str = "world"  # "world" (generated fictional entities, synthetic) | "wiki" | "jsonl"
-    world: dict[str, Any] = Field(default_factory=dict)  # world: generate_world keyword args
-    hops: List[int] = Field(default_factory=lambda: [1, 2, 3])  # world: question hop counts
-    corpus_path: str | None = None  # jsonl: documents, one {"id", "title", "text"} a line
-    questions_path: str | None = None  # jsonl: questions file (JSONL / JSON array / Parquet)
-    questions_format: str = "nq"  # jsonl: "nq" | "hotpotqa" | "2wiki" | "musique" (its loader)
-    index_dir: str | None = None  # a prebuilt index (`srpo index`); None = build in memory
-    retriever: str = "bm25"  # "bm25" | "dense" (MiniLM + faiss) | "fused" (RRF of both)
-    top_k: int = 3  # passages per query
-    max_calls_per_turn: int = 1  # searches run per generation (the rest get a note)
-    max_turns: int = 4  # a searcher's turn budget (generations, the answering one included)
-    max_observation_chars: int = 1200  # longest observation body (cut, with a marker)
-    em_weight: Float = 1.0  # weight of the exact-match component
-    f1_weight: Float = 0.0  # weight of the token-F1 component
-    cover_weight: Float = 0.0  # weight of the cover component (a gold answer occurs in the answer)
-    format_weight: Float = 0.1  # weight of the format component (<answer> protocol kept)
-    # small models: a search_parallel query writer's tagless reply is the query, and an answer
-    # reply without <answer> answers with its first line (format component 0)
-    plain_text_fallback: bool = False
-
-    @model_validator(mode="after")
-    def _check(self) -> Self:
-        _one_of("task.search.corpus", self.corpus, ("world", "wiki", "jsonl"))
-        _one_of("task.search.retriever", self.retriever, ("bm25", "dense", "fused"))
-        _one_of("task.search.questions_format", self.questions_format,
-                ("nq", "hotpotqa", "2wiki", "musique"))
-        if self.corpus == "jsonl" and not (self.corpus_path and self.questions_path):
-            raise ConfigError("task.search.corpus 'jsonl' needs corpus_path and questions_path")
-        if not self.hops or not set(self.hops) <= {1, 2, 3}:
-            raise ConfigError(f"task.search.hops must be among 1, 2, 3, got {self.hops}")
-        for key in ("top_k", "max_calls_per_turn", "max_turns", "max_observation_chars"):
-            _positive(f"task.search.{key}", getattr(self, key))
-        return self
-
-
-class TestbedConfig(_Section):
-    """Testbed cover tasks (task.name: testbed; srpo.tasks.testbed, docs/testbed.md)."""
-
-    set_sizes: List[int] = Field(default_factory=lambda: [4])  # k of each task, in turn
-    rounds: int = 1  # targets (transitions) per episode
-    alphabet_factor: int = 2  # m = alphabet_factor * k symbols per task
-
-    @model_validator(mode="after")
-    def _check(self) -> Self:
-        from srpo.tasks.testbed.tasks import CoverSpec
-
-        try:
-            CoverSpec(tuple(self.set_sizes), self.rounds, self.alphabet_factor)
-        except ValueError as e:
-            raise ConfigError(f"task.testbed: {e}") from e
-        return self
+class TaskSettings(_Section):
+    """Base of a task pack's own settings: the fields it adds under `task` (srpo.packs.TaskPack
+    .settings; e.g. math's source / dataset / reward, `task.search`, `task.testbed`)."""
 
 
 class TaskConfig(_Section):
-    """Where tasks come from and how answers are scored."""
+    """Where tasks come from: the task pack (`task.name`), the splits, and the pack's own
+    settings, which sit beside these fields (`task.source`, `task.search.corpus`...) and are
+    checked by the pack's `settings` model (unset ones take its defaults)."""
 
-    name: str = "math"  # task family: "math" | "search" | "testbed" (settings in `search` / `testbed`)
-    source: str = "reasoning_gym"  # "reasoning_gym" | "gsm8k" | "math500"
-    dataset: str = "basic_arithmetic"  # reasoning_gym: the dataset name
-    difficulty: dict[str, Any] = Field(default_factory=dict)  # reasoning_gym: its config knobs
-    path: str | None = None  # gsm8k / math500: a local .jsonl or .parquet file
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    name: str = "math"  # the task pack: "math" | "search" | "testbed" (`srpo packs`) | "file.py:NAME"
     train_size: int = 500  # tasks in the train split
     heldout_size: int = 200  # tasks in the held-out split (disjoint from train)
     seed: int = 0  # generation seed of the splits
-    reward: RewardConfig = Field(default_factory=RewardConfig)  # math outcome reward
-    search: SearchConfig = Field(default_factory=SearchConfig)  # name "search": its settings
-    testbed: TestbedConfig = Field(default_factory=TestbedConfig)  # name "testbed": its settings
+
+    @field_validator("name")
+    @classmethod
+    def _resolve_file(cls, name: str) -> str:
+        return _resolved_file_ref(name)  # a pack file, like a workflow file, is stored resolved
 
     @model_validator(mode="after")
     def _check(self) -> Self:
-        _one_of("task.name", self.name, ("math", "search", "testbed"))
-        if self.name == "search" and self.reward != RewardConfig():
-            raise ConfigError(
-                "task.reward is the math reward; a search task is scored by task.search "
-                "(em_weight, f1_weight, format_weight)"
-            )
-        _one_of("task.source", self.source, ("reasoning_gym", "gsm8k", "math500"))
-        if self.source != "reasoning_gym" and not self.path:
-            raise ConfigError(f"task.source {self.source!r} needs task.path (a local file)")
-        _positive("task.train_size", self.train_size, zero_ok=True)
-        _positive("task.heldout_size", self.heldout_size, zero_ok=True)
+        positive("task.train_size", self.train_size, zero_ok=True)
+        positive("task.heldout_size", self.heldout_size, zero_ok=True)
+        try:
+            pack = get_pack(self.name)
+        except ValueError as e:
+            raise ConfigError(f"task.name: {e}") from e
+        self.__pydantic_extra__ = _pack_settings(pack, dict(self.__pydantic_extra__ or {}))
         return self
+
+
+GENERIC_TASK_KEYS = ("name", "train_size", "heldout_size", "seed")
+
+
+def _pack_settings(pack: Any, given: dict[str, Any]) -> dict[str, Any]:
+    """The pack's settings under `task`, validated, defaults filled in (as a field -> value map)."""
+    model = pack.settings or TaskSettings
+    unknown = sorted(set(given) - set(model.model_fields))
+    if unknown:
+        raise ConfigError(
+            f"unknown key(s) {['task.' + k for k in unknown]}; known keys of task (task pack "
+            f"{pack.name!r}): {sorted([*GENERIC_TASK_KEYS, *model.model_fields])}"
+        )
+    wrapper = _settings_wrapper(model)
+    try:
+        settings = wrapper.model_validate({"task": given}).task
+    except ValidationError as e:
+        raise _config_error(wrapper, e) from e
+    return {name: getattr(settings, name) for name in type(settings).model_fields}
+
+
+_WRAPPERS: dict[type, type] = {}
+
+
+def _settings_wrapper(model: type) -> type:
+    """A model with one field `task` of the pack's settings model: its errors name `task.<key>`."""
+    if model not in _WRAPPERS:
+        _WRAPPERS[model] = create_model(f"TaskSettingsOf{model.__name__}", __base__=_Section,
+                                        task=(model, ...))
+    return _WRAPPERS[model]
 
 
 class RolloutConfig(_Section):
@@ -344,8 +316,8 @@ class RolloutConfig(_Section):
     @model_validator(mode="after")
     def _check(self) -> Self:
         if self.max_batch_size is not None:
-            _positive("rollout.max_batch_size", self.max_batch_size)
-        _one_of("rollout.sampler", self.sampler, ("inverse_cdf", "multinomial"))
+            positive("rollout.max_batch_size", self.max_batch_size)
+        one_of("rollout.sampler", self.sampler, ("inverse_cdf", "multinomial"))
         return self
 
 
@@ -385,8 +357,6 @@ class TrainConfig(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> Self:
-        from srpo.objective.methods import get_method
-
         try:
             get_method(self.method, **self.method_settings)
         except ValueError as e:
@@ -395,7 +365,7 @@ class TrainConfig(_Section):
             raise ConfigError(f"train: {e}") from e
         for key in ("steps", "tasks_per_step", "epochs", "minibatches", "micro_batch_tokens",
                     "logprob_chunk_size", "dynamic_sampling_max_draws"):
-            _positive(f"train.{key}", getattr(self, key))
+            positive(f"train.{key}", getattr(self, key))
         if not self.lr > 0:
             raise ConfigError(f"train.lr must be > 0, got {self.lr}")
         if len(self.adam_betas) != 2 or not all(0 <= b < 1 for b in self.adam_betas):
@@ -423,11 +393,11 @@ class EvalConfig(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> Self:
-        _positive("eval.every", self.every, zero_ok=True)
+        positive("eval.every", self.every, zero_ok=True)
         if self.size is not None:
-            _positive("eval.size", self.size, zero_ok=True)
+            positive("eval.size", self.size, zero_ok=True)
         if self.batch_tasks is not None:
-            _positive("eval.batch_tasks", self.batch_tasks)
+            positive("eval.batch_tasks", self.batch_tasks)
         return self
 
 
@@ -447,43 +417,11 @@ class CheckpointConfig(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> Self:
-        _positive("checkpoint.every", self.every, zero_ok=True)
-        _positive("checkpoint.keep_last", self.keep_last)
+        positive("checkpoint.every", self.every, zero_ok=True)
+        positive("checkpoint.keep_last", self.keep_last)
         if self.episodes_per_step is not None:
-            _positive("checkpoint.episodes_per_step", self.episodes_per_step, zero_ok=True)
+            positive("checkpoint.episodes_per_step", self.episodes_per_step, zero_ok=True)
         return self
-
-
-def _default_agents() -> dict[str, AgentConfig]:
-    solve = "Solve the math problem. Think briefly, then give the final answer as \\boxed{answer}."
-    prompts = {
-        "solver": solve,
-        "verifier": "You check math solutions for mistakes.",
-        "reviser": "You fix math solutions using a review.",
-        "aggregator": "You compare candidate solutions and pick the right final answer.",
-        "debater": solve,
-        "planner": "You split math problems into short numbered subtasks.",
-        "worker": "You carry out one subtask of a math problem.",
-        "router": "You choose which experts should solve a problem.",
-        "arithmetic_expert": "You are an arithmetic expert. " + solve,
-        "algebra_expert": "You are an algebra expert. " + solve,
-        "checker": "You solve problems carefully and double-check. " + solve,
-    }
-    agents = {name: AgentConfig(system_prompt=p) for name, p in prompts.items()}
-    # the search workflows' own roles; generation stops at </search> so results can be inserted
-    agents["searcher"] = AgentConfig(
-        system_prompt="You answer questions by searching a document collection.",
-        sampling={"stop": ["</search>"]},
-    )
-    agents["query_writer"] = AgentConfig(
-        system_prompt="You write one search query as <search>query</search>.",
-        sampling={"stop": ["</search>"]},
-    )
-    agents["answerer"] = AgentConfig(
-        system_prompt="You answer questions from search results, as <answer>answer</answer>."
-    )
-    agents["player"] = AgentConfig()  # the testbed's cover players: no system turn
-    return agents
 
 
 class Config(_Section):
@@ -491,7 +429,8 @@ class Config(_Section):
 
     model: ModelConfig = Field(default_factory=ModelConfig)  # base model of every policy
     policies: PoliciesConfig = Field(default_factory=PoliciesConfig)  # policy layout
-    agents: dict[str, AgentConfig] = Field(default_factory=_default_agents)  # role -> settings
+    # role -> settings over the role's defaults (the workflow's, then the task pack's prompts)
+    agents: dict[str, AgentConfig] = Field(default_factory=dict)
     workflow: WorkflowConfig = Field(default_factory=WorkflowConfig)  # what the agents run
     task: TaskConfig = Field(default_factory=TaskConfig)  # tasks and reward
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)  # default sampling
@@ -507,7 +446,7 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> Self:
-        _positive("group_size", self.group_size)
+        positive("group_size", self.group_size)
         if self.train.tasks_per_step > self.task.train_size:
             raise ConfigError(
                 f"train.tasks_per_step ({self.train.tasks_per_step}) exceeds task.train_size "
@@ -515,10 +454,8 @@ class Config(_Section):
             )
         if self.eval.size is not None and self.eval.size > self.task.heldout_size:
             raise ConfigError(f"eval.size ({self.eval.size}) exceeds task.heldout_size ({self.task.heldout_size})")
-        if not self.agents:
-            raise ConfigError("agents: at least one agent is needed")
         for name, agent in self.agents.items():
-            if agent.policy not in self.policies.names:
+            if agent.policy is not None and agent.policy not in self.policies.names:
                 raise ConfigError(
                     f"agents.{name}.policy: unknown policy {agent.policy!r}; known policies "
                     f"(policies.names): {self.policies.names}"
@@ -537,12 +474,12 @@ class Config(_Section):
 # --------------------------------------------------------------------------- validation helpers
 
 
-def _one_of(key: str, value: Any, allowed: Sequence[Any]) -> None:
+def one_of(key: str, value: Any, allowed: Sequence[Any]) -> None:
     if value not in allowed:
         raise ConfigError(f"{key} must be one of {list(allowed)}, got {value!r}")
 
 
-def _positive(key: str, value: int, *, zero_ok: bool = False) -> None:
+def positive(key: str, value: int, *, zero_ok: bool = False) -> None:
     if value < 0 or (value == 0 and not zero_ok):
         raise ConfigError(f"{key} must be {'>= 0' if zero_ok else '> 0'}, got {value}")
 
@@ -604,8 +541,6 @@ def _check_output_dir(output_dir: str) -> None:
 
 
 def _sampling_params(values: Mapping[str, Any], key: str) -> Any:
-    from srpo.rollout.agents import SamplingParams
-
     try:
         return SamplingParams(**values)
     except (TypeError, ValueError) as e:
@@ -809,6 +744,22 @@ def reset_params_of_a_changed_workflow(before: dict[str, Any], after: dict[str, 
     apply_overrides(after, [o for o, k in zip(overrides, keys) if k.startswith("workflow.params.")], Config)
 
 
+def reset_settings_of_a_changed_task_pack(before: dict[str, Any], after: dict[str, Any],
+                                          overrides: Sequence[str]) -> None:
+    """An override that names another task pack (`task.name=search`) starts it from its own
+    settings: the file's pack settings (math's `task.source`...) belong to the file's pack. The
+    split fields and task settings given on the command line (`task.search.corpus=...`) stay."""
+    if after["task"]["name"] == before["task"]["name"]:
+        return
+    keys = [o.split("=", 1)[0].strip() for o in overrides]
+    if "task" in keys:  # the task section given whole
+        return
+    given = {k.split(".")[1] for k in keys if k.startswith("task.")}
+    for key in list(after["task"]):
+        if key not in GENERIC_TASK_KEYS and key not in given:
+            del after["task"][key]
+
+
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = (),
                 cls: type = Config, *, check_machine: bool = True) -> Any:
     """Config from a YAML file (None = all defaults) plus `key=value` overrides.
@@ -834,6 +785,7 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = (),
         edited = apply_overrides(copy.deepcopy(full), overrides, cls)
         if cls is Config:
             reset_params_of_a_changed_workflow(full, edited, overrides)
+            reset_settings_of_a_changed_task_pack(full, edited, overrides)
         cfg = from_dict(cls, edited)
     if check_machine and isinstance(cfg, Config):
         check_environment(cfg)

@@ -48,8 +48,9 @@ class TaskPack:
         with weighted_components()), a mapping of components, or a number.
     success_component: the reward component whose value > 0 means "solved" in evaluation
         (`eval.success_component` overrides it).
-    settings: the pack's own config fields under `task`, as {field: (type, default)} pairs of
-        a pydantic model (srpo.config builds the model; a nested section is a model type).
+    settings: the pack's own config fields under `task`: a subclass of
+        srpo.config.TaskSettings (a pydantic model; a nested section is a field of model type),
+        or None for none. srpo.config validates them and fills in their defaults.
     agents: default agent settings by role for the workflows this pack is used with
         ({role: {"system_prompt": ..., "template": ..., "sampling": {...}}}); they overlay a
         workflow's own `default_agents`, and the config's `agents` overlay both, field by field.
@@ -67,7 +68,7 @@ class TaskPack:
     load_tasks: Callable[[Any, str, int], list[Task]]
     make_reward: Callable[[Any], RewardFn]
     success_component: str = "reward"
-    settings: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
+    settings: type | None = None
     agents: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     workflows: Sequence[Any] = ()
     answer_key: Callable[[str], str | None] | None = None
@@ -152,7 +153,8 @@ def _import_pack(ref: str) -> TaskPack:
 
 def _checked(obj: Any, where: str) -> TaskPack:
     if not isinstance(obj, TaskPack):
-        raise ValueError(f"{where} is a {type(obj).__name__}, not a srpo.packs.TaskPack")
+        what = f"the class {obj.__name__}" if isinstance(obj, type) else f"a {type(obj).__name__}"
+        raise ValueError(f"{where} is {what}, not a srpo.packs.TaskPack value")
     return obj
 
 

@@ -27,11 +27,12 @@ def test_smoke_preset_loads():
     assert cfg.model.name == "tiny" and cfg.model.tokenizer == "bytes"
     assert cfg.workflow.name == "parallel" and cfg.workflow.params == {"k": 3}
     assert cfg.sampling.max_new_tokens == 12 and cfg.group_size == 2
-    # every agent a built-in workflow uses by default is defined
+    # every agent a built-in workflow uses by default has a default (workflow or task pack)
     from srpo.workflows import build_workflow, list_workflows
 
     for name, _ in list_workflows():
-        assert set(build_workflow(name).agents) <= set(cfg.agents), name
+        wf = build_workflow(name)
+        assert set(wf.agents) <= set(build_agents(cfg, wf)), name
 
 
 def test_overrides_are_typed_and_reach_nested_mappings():
@@ -47,12 +48,13 @@ def test_overrides_are_typed_and_reach_nested_mappings():
     ])
     assert cfg.sampling.temperature == 0.7 and cfg.group_size == 3
     assert cfg.agents["solver"].template == "Q: {input} A:"
-    assert cfg.agents["critic"].system_prompt == "You critique." and cfg.agents["critic"].policy == "shared"
+    assert cfg.agents["critic"].system_prompt == "You critique." and cfg.agents["critic"].policy is None
     assert cfg.workflow.params == {"k": 4, "aggregator": "critic"}
     assert cfg.rollout.max_batch_size == 8
     agents = build_agents(cfg)
+    assert agents["critic"].policy == "shared"  # unset: the only policy
     assert agents["solver"].sampling.max_new_tokens == 5 and agents["solver"].sampling.temperature == 0.7
-    assert agents["verifier"].sampling.max_new_tokens == 12
+    assert agents["critic"].sampling.max_new_tokens == 12
 
 
 def test_int_is_accepted_for_float_and_round_trip():

@@ -381,7 +381,8 @@ def test_search_config_builds_tasks_reward_agents_and_env():
     ("task.search.retriever=tfidf", "task.search.retriever must be one of"),
     ("task.search.top_k=0", "task.search.top_k must be > 0"),
     ("task.search.corpus=jsonl", "needs corpus_path and questions_path"),
-    ("task.reward.format_weight=0.5", "task.reward is the math reward"),
+    ("task.reward.format_weight=0.5",  # math's reward is not a setting of the search pack
+     r"unknown key\(s\) \['task.reward'\]; known keys of task \(task pack 'search'\)"),
 ])
 def test_search_config_errors_name_the_key(override, message):
     from srpo.config import ConfigError, load_config

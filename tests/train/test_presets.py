@@ -8,7 +8,7 @@ import torch
 
 from srpo.cli_train import DEFAULT_CONFIG
 from srpo.config import load_config
-from srpo.build import build_workflow_from
+from srpo.build import build_agents, build_workflow_from
 from srpo.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,7 +25,7 @@ def test_preset_loads_and_its_workflow_has_its_agents(path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     cfg = load_config(path)
     wf = build_workflow_from(cfg)
-    missing = set(wf.agents) - set(cfg.agents)
+    missing = set(wf.agents) - set(build_agents(cfg, wf))
     assert not missing, f"{path.name}: workflow {wf.name} needs agents {missing}"
 
 

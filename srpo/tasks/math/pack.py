@@ -1,14 +1,49 @@
 """The math task pack: reasoning-gym problems or a GSM8K / MATH-500 file, scored by MathReward.
 
-Config (under `task`): source, dataset, difficulty, path, reward (srpo.config's math fields).
+Config (under `task`): source, dataset, difficulty, path, reward (MathSettings below).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
+from pydantic import Field, model_validator
+
+from srpo.config import ConfigError, Float, TaskSettings, one_of
 from srpo.packs import TaskPack
 from srpo.types import Task
+
+
+class RewardSettings(TaskSettings):
+    """task.reward: the math outcome reward (srpo.tasks.math.MathReward)."""
+
+    correct_weight: Float = 1.0  # weight of the 0/1 correctness component
+    format_weight: Float = 0.0  # weight of the 0/1 format component
+    format_rule: str = "any"  # "boxed" | "explicit" | "any"
+    strict: bool = False  # correct only counts when the format is right
+    timeout_s: Float | None = 5.0  # limit of one symbolic equivalence check
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        one_of("task.reward.format_rule", self.format_rule, ("boxed", "explicit", "any"))
+        return self
+
+
+class MathSettings(TaskSettings):
+    """The math pack's fields under `task`."""
+
+    source: str = "reasoning_gym"  # "reasoning_gym" | "gsm8k" | "math500"
+    dataset: str = "basic_arithmetic"  # reasoning_gym: the dataset name
+    difficulty: dict[str, Any] = Field(default_factory=dict)  # reasoning_gym: its config knobs
+    path: str | None = None  # gsm8k / math500: a local .jsonl or .parquet file
+    reward: RewardSettings = Field(default_factory=RewardSettings)  # the outcome reward
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        one_of("task.source", self.source, ("reasoning_gym", "gsm8k", "math500"))
+        if self.source != "reasoning_gym" and not self.path:
+            raise ConfigError(f"task.source {self.source!r} needs task.path (a local file)")
+        return self
 
 SOLVE = "Solve the math problem. Think briefly, then give the final answer as \\boxed{answer}."
 
@@ -85,6 +120,7 @@ PACK = TaskPack(
     description="math problems (reasoning-gym, GSM8K, MATH-500) scored by math-verify",
     load_tasks=load_tasks,
     make_reward=make_reward,
+    settings=MathSettings,
     success_component="correct",  # MathReward.success_component
     agents={role: {"system_prompt": prompt} for role, prompt in AGENT_PROMPTS.items()},
     answer_key=answer_key,

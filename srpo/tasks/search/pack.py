@@ -9,12 +9,61 @@ are imported only when a search task is configured: math runs never import them.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Self
 
+from pydantic import Field, model_validator
+
+from srpo.config import ConfigError, Float, List, TaskSettings, one_of, positive
 from srpo.packs import TaskPack
 from srpo.tasks.search.env import parse_turn
 from srpo.tasks.search.workflows import SEARCH_WORKFLOWS
 from srpo.types import Task
+
+
+class SearchSection(TaskSettings):
+    """task.search: corpus and questions, retriever, protocol, reward.
+
+    Splits use task.train_size / heldout_size / seed (the world's seed too)."""
+
+    corpus: str = "world"  # "world" (generated fictional entities, synthetic) | "wiki" | "jsonl"
+    world: dict[str, Any] = Field(default_factory=dict)  # world: generate_world keyword args
+    hops: List[int] = Field(default_factory=lambda: [1, 2, 3])  # world: question hop counts
+    corpus_path: str | None = None  # jsonl: documents, one {"id", "title", "text"} a line
+    questions_path: str | None = None  # jsonl: questions file (JSONL / JSON array / Parquet)
+    questions_format: str = "nq"  # jsonl: "nq" | "hotpotqa" | "2wiki" | "musique" (its loader)
+    index_dir: str | None = None  # a prebuilt index (`srpo index`); None = build in memory
+    retriever: str = "bm25"  # "bm25" | "dense" (MiniLM + faiss) | "fused" (RRF of both)
+    top_k: int = 3  # passages per query
+    max_calls_per_turn: int = 1  # searches run per generation (the rest get a note)
+    max_turns: int = 4  # a searcher's turn budget (generations, the answering one included)
+    max_observation_chars: int = 1200  # longest observation body (cut, with a marker)
+    em_weight: Float = 1.0  # weight of the exact-match component
+    f1_weight: Float = 0.0  # weight of the token-F1 component
+    cover_weight: Float = 0.0  # weight of the cover component (a gold answer occurs in the answer)
+    format_weight: Float = 0.1  # weight of the format component (<answer> protocol kept)
+    # small models: a search_parallel query writer's tagless reply is the query, and an answer
+    # reply without <answer> answers with its first line (format component 0)
+    plain_text_fallback: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        one_of("task.search.corpus", self.corpus, ("world", "wiki", "jsonl"))
+        one_of("task.search.retriever", self.retriever, ("bm25", "dense", "fused"))
+        one_of("task.search.questions_format", self.questions_format,
+               ("nq", "hotpotqa", "2wiki", "musique"))
+        if self.corpus == "jsonl" and not (self.corpus_path and self.questions_path):
+            raise ConfigError("task.search.corpus 'jsonl' needs corpus_path and questions_path")
+        if not self.hops or not set(self.hops) <= {1, 2, 3}:
+            raise ConfigError(f"task.search.hops must be among 1, 2, 3, got {self.hops}")
+        for key in ("top_k", "max_calls_per_turn", "max_turns", "max_observation_chars"):
+            positive(f"task.search.{key}", getattr(self, key))
+        return self
+
+
+class SearchSettings(TaskSettings):
+    """The search pack's field under `task`: the `search` section."""
+
+    search: SearchSection = Field(default_factory=SearchSection)
 
 
 @functools.lru_cache(maxsize=2)
@@ -114,6 +163,7 @@ PACK = TaskPack(
                 "Wikipedia summaries, or NQ / HotpotQA / 2Wiki / MuSiQue files)",
     load_tasks=load_tasks,
     make_reward=make_reward,
+    settings=SearchSettings,
     success_component="em",  # SearchReward.success_component
     workflows=SEARCH_WORKFLOWS,
     answer_key=answer_key,

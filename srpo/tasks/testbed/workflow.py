@@ -53,6 +53,11 @@ class Cover:
         return f"{self.player}_{k}_{round_}_{slot}" if self.per_slot else self.player
 
     @property
+    def default_agents(self) -> dict[str, dict]:
+        """Every player role exists with the plain defaults (no system turn)."""
+        return {role: {} for role in self.agents}
+
+    @property
     def agents(self) -> tuple[str, ...]:
         if not self.per_slot:
             return (self.player,)
