@@ -1,49 +1,13 @@
-"""Typed, validated run configuration: pydantic models loaded from YAML + `key=value` overrides.
-
-    cfg = load_config("configs/smoke.yaml", ["sampling.temperature=0.7", "group_size=2"])
-    cfg.sampling.temperature        # 0.7
-
-Rules (later sections only add models):
-  * every section is a pydantic model (`_Section`); every field has a type and a comment saying
-    what it is;
-  * unknown keys and wrong types raise ConfigError naming the dotted key (and the known keys);
-    an int field takes only an int (not a bool, not "3"), a bool only a bool, a str only a str,
-    a list field a list or a tuple;
-  * a mapping field (e.g. `agents`) given in YAML replaces its default mapping as a whole;
-  * overrides are applied after the YAML, on the complete config: `a.b.c=value`, the value
-    parsed as YAML (`0.7`, `true`, `[a, b]`, `null`) except for string fields, which take the
-    text verbatim; a new key of a mapping field creates an entry (`agents.critic.policy=shared`);
-  * a float field also takes a number written as text (`1e-5`, which YAML 1.1 reads as a
-    string); names that become file names (policy names) must be plain file names;
-  * the config is validated once, at construction (from a mapping or with keywords in code),
-    and never mutated while running; load_config also checks what the config needs of this
-    machine (check_environment: a CUDA device, a writable output_dir).
-
-What pydantic does: the schema. Each section is a `BaseModel` with `extra="forbid"` and strict
-types (so no coercion but int -> float), plus two field types of this module: `Float` (a float
-that also takes finite number text) and `List[T]` (a list that also takes a tuple). The rules of
-a section that involve several fields or other modules (`policies.kind`, templates, method
-names, sampling parameters...) are its `model_validator`s, which raise ConfigError themselves.
-
-What this module still does itself: turning pydantic's ValidationError into one ConfigError
-that names the dotted key (`_config_error`); the `key=value` override parser (`parse_override`,
-`apply_overrides`, `set_dotted`, which needs the declared type of a dotted key to leave string
-values verbatim); resetting the params of a workflow changed by an override; reading the YAML
-file; and the machine checks (`check_environment`), which Config itself never runs.
-"""
+"""The schema of a run's configuration: every section a pydantic model, every field typed and
+commented. Loading YAML and overrides is srpo.config.loading; the package doc has the rules."""
 
 from __future__ import annotations
 
-import copy
 import math
-import os
 import re
-import types
-import typing
 from pathlib import Path
 from typing import Annotated, Any, Mapping, Self, Sequence, TypeVar, Union
 
-import yaml
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -55,14 +19,11 @@ from pydantic import (
     model_validator,
 )
 
+from srpo.config.errors import ConfigError, config_error
 from srpo.objective.methods import get_method
 from srpo.packs import get_pack
 from srpo.rollout.agents import SamplingParams
 from srpo.types import check_template
-
-
-class ConfigError(ValueError):
-    """A config value is missing, unknown or of the wrong type; the message names its key."""
 
 
 # --------------------------------------------------------------------------- field types
@@ -102,7 +63,7 @@ class _Section(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as e:
-            raise _config_error(type(self), e) from e
+            raise config_error(type(self), e) from e
 
     # Not a "custom __init__" to pydantic (as in its RootModel): a section nested in a mapping is
     # validated by pydantic's schema, not through this method, so its errors keep their location.
@@ -289,7 +250,7 @@ def _pack_settings(pack: Any, given: dict[str, Any]) -> dict[str, Any]:
     try:
         settings = wrapper.model_validate({"task": given}).task
     except ValidationError as e:
-        raise _config_error(wrapper, e) from e
+        raise config_error(wrapper, e) from e
     return {name: getattr(settings, name) for name in type(settings).model_fields}
 
 
@@ -500,293 +461,8 @@ def check_file_name(key: str, value: Any) -> None:
         )
 
 
-def check_environment(cfg: Config) -> None:
-    """What a config needs of this machine: its device and a writable output_dir.
-
-    Called by load_config (and by the trainer's preflight, for configs built in code); not by
-    Config itself, so a config written for another machine can still be built and inspected.
-    """
-    _check_device(cfg.device)
-    _check_output_dir(cfg.output_dir)
-
-
-def _check_device(device: str) -> None:
-    import torch
-
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(
-            f"device {device!r}: CUDA is not available on this machine "
-            f"(torch.cuda.is_available() is False); use device=cpu"
-        )
-
-
-def _check_output_dir(output_dir: str) -> None:
-    path = Path(output_dir)
-    if "{time}" in output_dir:
-        # the run fills in "{time}" when it starts: check the folder above the templated part
-        parts = path.parts
-        first = next(i for i, part in enumerate(parts) if "{time}" in part)
-        path = Path(*parts[:first]) if first else Path(".")
-    existing = path
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        where = "exists as a file" if existing == path else f"is under the file {str(existing)!r}"
-        raise ConfigError(f"output_dir {output_dir!r} {where}: it must be a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(
-            f"output_dir {output_dir!r}: {str(existing)!r} is not writable, so the run could "
-            f"not write its files there"
-        )
-
-
 def _sampling_params(values: Mapping[str, Any], key: str) -> Any:
     try:
         return SamplingParams(**values)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{key}: {e}") from e
-
-
-# --------------------------------------------------------------------------- loader
-
-
-def from_dict(cls: type[BaseModel], data: Mapping[str, Any]) -> Any:
-    """Build section `cls` from a mapping, recursively; ConfigError names any bad key."""
-    try:
-        return cls.model_validate(data)
-    except ValidationError as e:
-        raise _config_error(cls, e) from e
-
-
-def to_dict(config: BaseModel) -> dict[str, Any]:
-    """The config as plain data (YAML-safe), e.g. to save next to a run."""
-    return config.model_dump()
-
-
-def _declared(tp: Any) -> Any:
-    """A declared type without its pydantic metadata (Annotated) and without Optional."""
-    while typing.get_origin(tp) is Annotated:
-        tp = typing.get_args(tp)[0]
-    if typing.get_origin(tp) in (Union, types.UnionType):
-        non_none = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(non_none) == 1:
-            return _declared(non_none[0])
-    return tp
-
-
-def _is_section(tp: Any) -> bool:
-    return isinstance(tp, type) and issubclass(tp, BaseModel)
-
-
-def _error_key(cls: Any, loc: Sequence[Any]) -> tuple[str, Any, tuple[str, Any, int] | None]:
-    """A pydantic error location as a dotted key (`train.adam_betas[1]`, `agents.solver.policy`),
-    the type declared there, and (key, type, position in loc) of the union of several types it
-    went through, if any (pydantic puts the tag of the member tried under it, not in the key)."""
-    key, tp, union = "", cls, None
-    for i, part in enumerate(loc):
-        tp = _declared(tp)
-        if union is None and typing.get_origin(tp) in (Union, types.UnionType):
-            union, tp = (key, tp, i), Any  # `part` is the member's tag
-            continue
-        if isinstance(part, int) and (tp is Any or typing.get_origin(tp) is list):
-            key += f"[{part}]"
-        else:
-            key += f".{part}" if key else str(part)
-        if _is_section(tp):
-            field = tp.model_fields.get(str(part))
-            tp = field.annotation if field is not None else Any
-        elif typing.get_origin(tp) is dict:
-            tp = typing.get_args(tp)[1]
-        elif typing.get_origin(tp) is list:
-            tp = typing.get_args(tp)[0]
-        else:
-            tp = Any
-    return key, _declared(tp), union
-
-
-# pydantic's type errors (strict mode) -> what the value must be
-_MUST_BE = {
-    "int_type": "an integer",
-    "float_type": "a number",
-    "string_type": "a string",
-    "list_type": "a list",
-    "dict_type": "a mapping",
-}
-
-
-def _error_message(cls: Any, error: Mapping[str, Any]) -> str:
-    """One pydantic error as a sentence that names its dotted key."""
-    loc, kind, value = error["loc"], error["type"], error.get("input")
-    if loc and loc[-1] == "[key]":  # a key of a mapping field
-        return f"{_error_key(cls, loc[:-2])[0]}: keys must be strings, got {loc[-2]!r}"
-    key = _error_key(cls, loc)[0] or cls.__name__
-    if kind in ("value_error", "assertion_error"):
-        raised = error.get("ctx", {}).get("error")
-        if isinstance(raised, ConfigError):
-            return str(raised)  # a section's own rule: its message names the key already
-        return f"{key}: {raised if raised is not None else error['msg']}"
-    if kind == "bool_type":
-        return f"{key} must be true or false, got {value!r}"
-    if kind in ("model_type", "model_attributes_type"):
-        return f"{key} must be a mapping (section {error['ctx']['class_name']}), got {value!r}"
-    if kind in _MUST_BE:
-        return f"{key} must be {_MUST_BE[kind]}, got {type(value).__name__} {value!r}"
-    return f"{key}: {error['msg']}"
-
-
-def _config_error(cls: Any, e: ValidationError) -> ConfigError:
-    """pydantic's ValidationError as one ConfigError naming the dotted key. Unknown keys come
-    first (all those of the first section that has some, with its known keys), else the first
-    error; a value that matches no member of a union lists why for each member."""
-    errors = e.errors(include_url=False)
-    unknown = [err for err in errors if err["type"] == "extra_forbidden"]
-    if unknown:
-        parent = unknown[0]["loc"][:-1]
-        where, section, _ = _error_key(cls, parent)
-        names = sorted(f"{where}.{err['loc'][-1]}" if where else str(err["loc"][-1])
-                       for err in unknown if err["loc"][:-1] == parent)
-        known = sorted(section.model_fields)
-        return ConfigError(
-            f"unknown key(s) {names}; known keys{' of ' + where if where else ''}: {known}"
-        )
-    union = _error_key(cls, errors[0]["loc"])[2]
-    if union is None:
-        return ConfigError(_error_message(cls, errors[0]))
-    key, tp, at = union
-    members = [err for err in errors if _error_key(cls, err["loc"])[2] == union]
-    # the value given: the input of an error of a member itself (not of an item below it)
-    value = next((err["input"] for err in members if len(err["loc"]) == at + 1), members[0]["input"])
-    if value is None:
-        return ConfigError(f"{key} must not be null")
-    names = " | ".join(str(a).replace("typing.", "") if typing.get_origin(a) else a.__name__
-                       for a in map(_declared, typing.get_args(tp)))
-    reasons = "; ".join(_error_message(cls, err) for err in members)
-    return ConfigError(f"{key}: {value!r} matches none of {names} ({reasons})")
-
-
-def _field_type(cls: Any, path: Sequence[str]) -> Any:
-    """The declared type at a dotted path (Any when it goes below a free-form mapping)."""
-    tp: Any = cls
-    for part in path:
-        tp = _declared(tp)
-        if _is_section(tp):
-            if part not in tp.model_fields:
-                return None  # unknown key: validation reports it with the known ones
-            tp = tp.model_fields[part].annotation
-        elif typing.get_origin(tp) is dict:
-            tp = typing.get_args(tp)[1]
-        else:
-            return Any
-    return tp
-
-
-def parse_override(text: str, cls: Any = None) -> tuple[list[str], Any]:
-    """"a.b=value" -> (["a", "b"], parsed value). String fields take the text verbatim."""
-    if "=" not in text:
-        raise ConfigError(
-            f"override {text!r} must look like key=value (e.g. sampling.temperature=0.7)"
-        )
-    key, raw = text.split("=", 1)
-    path = key.strip().split(".")
-    if not all(path):
-        raise ConfigError(f"override {text!r}: bad key {key!r}")
-    tp = _field_type(cls, path) if cls is not None else Any
-    str_only = tp is str or (
-        typing.get_origin(tp) in (Union, types.UnionType)
-        and set(typing.get_args(tp)) == {str, type(None)}
-        and raw.strip() not in ("null", "~")
-    )
-    if str_only:
-        return path, raw
-    try:
-        return path, yaml.safe_load(raw)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"override {key}: cannot parse value {raw!r}: {e}") from e
-
-
-def apply_overrides(
-    data: dict[str, Any], overrides: Sequence[str], cls: Any = None
-) -> dict[str, Any]:
-    """Set each `a.b.c=value` in a nested dict (in place; intermediate dicts are created)."""
-    for text in overrides:
-        path, value = parse_override(text, cls)
-        set_dotted(data, path, value, where=f"override {text!r}")
-    return data
-
-
-def set_dotted(data: dict[str, Any], path: Sequence[str], value: Any, *, where: str = "") -> None:
-    """data[a][b][c] = value for path [a, b, c] (in place; missing sections are created)."""
-    if not path or not all(path):
-        raise ConfigError(f"{where or 'key'}: bad key {'.'.join(path)!r}")
-    node = data
-    for i, part in enumerate(path[:-1]):
-        child = node.get(part)
-        if child is None:
-            child = node[part] = {}
-        elif not isinstance(child, dict):
-            raise ConfigError(f"{where or '.'.join(path)}: {'.'.join(path[: i + 1])} is a value, not a section")
-        node = child
-    node[path[-1]] = value
-
-
-def reset_params_of_a_changed_workflow(before: dict[str, Any], after: dict[str, Any],
-                                       overrides: Sequence[str]) -> None:
-    """An override that names another workflow (`workflow.name=...`, `srpo train --workflow`)
-    starts it from its own defaults: the file's `workflow.params` belong to the file's workflow
-    and would fail on (or silently configure) another one. Params given on the command line
-    (`workflow.params.x=`, `workflow.params={...}`, `workflow={...}`) are kept."""
-    if after["workflow"]["name"] == before["workflow"]["name"]:
-        return
-    keys = [o.split("=", 1)[0].strip() for o in overrides]
-    if any(k in ("workflow", "workflow.params") for k in keys):  # params given whole
-        return
-    after["workflow"]["params"] = {}
-    apply_overrides(after, [o for o, k in zip(overrides, keys) if k.startswith("workflow.params.")], Config)
-
-
-def reset_settings_of_a_changed_task_pack(before: dict[str, Any], after: dict[str, Any],
-                                          overrides: Sequence[str]) -> None:
-    """An override that names another task pack (`task.name=search`) starts it from its own
-    settings: the file's pack settings (math's `task.source`...) belong to the file's pack. The
-    split fields and task settings given on the command line (`task.search.corpus=...`) stay."""
-    if after["task"]["name"] == before["task"]["name"]:
-        return
-    keys = [o.split("=", 1)[0].strip() for o in overrides]
-    if "task" in keys:  # the task section given whole
-        return
-    given = {k.split(".")[1] for k in keys if k.startswith("task.")}
-    for key in list(after["task"]):
-        if key not in GENERIC_TASK_KEYS and key not in given:
-            del after["task"][key]
-
-
-def load_config(path: str | Path | None = None, overrides: Sequence[str] = (),
-                cls: type = Config, *, check_machine: bool = True) -> Any:
-    """Config from a YAML file (None = all defaults) plus `key=value` overrides.
-
-    check_machine: also check_environment (CUDA for a cuda device, a writable output_dir);
-    False for a caller that uses neither (e.g. one that only builds workflows and rewards).
-    """
-    data: Any = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {e}") from e
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file {str(path)!r} must hold a mapping at top level")
-    cfg = from_dict(cls, data)
-    if overrides:
-        # Overrides edit the complete config (defaults included), then everything is re-validated.
-        full = to_dict(cfg)
-        edited = apply_overrides(copy.deepcopy(full), overrides, cls)
-        if cls is Config:
-            reset_params_of_a_changed_workflow(full, edited, overrides)
-            reset_settings_of_a_changed_task_pack(full, edited, overrides)
-        cfg = from_dict(cls, edited)
-    if check_machine and isinstance(cfg, Config):
-        check_environment(cfg)
-    return cfg

@@ -1,0 +1,199 @@
+"""Loading a config: a YAML file plus `key=value` overrides, validated by the schema once; and
+the checks of what a config needs of this machine (check_environment)."""
+
+from __future__ import annotations
+
+import copy
+import os
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Union
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from srpo.config.errors import ConfigError, _declared, _is_section, config_error
+from srpo.config.schema import GENERIC_TASK_KEYS, Config
+
+
+def from_dict(cls: type[BaseModel], data: Mapping[str, Any]) -> Any:
+    """Build section `cls` from a mapping, recursively; ConfigError names any bad key."""
+    try:
+        return cls.model_validate(data)
+    except ValidationError as e:
+        raise config_error(cls, e) from e
+
+
+def to_dict(config: BaseModel) -> dict[str, Any]:
+    """The config as plain data (YAML-safe), e.g. to save next to a run."""
+    return config.model_dump()
+
+
+def _field_type(cls: Any, path: Sequence[str]) -> Any:
+    """The declared type at a dotted path (Any when it goes below a free-form mapping)."""
+    tp: Any = cls
+    for part in path:
+        tp = _declared(tp)
+        if _is_section(tp):
+            if part not in tp.model_fields:
+                return None  # unknown key: validation reports it with the known ones
+            tp = tp.model_fields[part].annotation
+        elif typing.get_origin(tp) is dict:
+            tp = typing.get_args(tp)[1]
+        else:
+            return Any
+    return tp
+
+
+def parse_override(text: str, cls: Any = None) -> tuple[list[str], Any]:
+    """"a.b=value" -> (["a", "b"], parsed value). String fields take the text verbatim."""
+    if "=" not in text:
+        raise ConfigError(
+            f"override {text!r} must look like key=value (e.g. sampling.temperature=0.7)"
+        )
+    key, raw = text.split("=", 1)
+    path = key.strip().split(".")
+    if not all(path):
+        raise ConfigError(f"override {text!r}: bad key {key!r}")
+    tp = _field_type(cls, path) if cls is not None else Any
+    str_only = tp is str or (
+        typing.get_origin(tp) in (Union, types.UnionType)
+        and set(typing.get_args(tp)) == {str, type(None)}
+        and raw.strip() not in ("null", "~")
+    )
+    if str_only:
+        return path, raw
+    try:
+        return path, yaml.safe_load(raw)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"override {key}: cannot parse value {raw!r}: {e}") from e
+
+
+def apply_overrides(
+    data: dict[str, Any], overrides: Sequence[str], cls: Any = None
+) -> dict[str, Any]:
+    """Set each `a.b.c=value` in a nested dict (in place; intermediate dicts are created)."""
+    for text in overrides:
+        path, value = parse_override(text, cls)
+        set_dotted(data, path, value, where=f"override {text!r}")
+    return data
+
+
+def set_dotted(data: dict[str, Any], path: Sequence[str], value: Any, *, where: str = "") -> None:
+    """data[a][b][c] = value for path [a, b, c] (in place; missing sections are created)."""
+    if not path or not all(path):
+        raise ConfigError(f"{where or 'key'}: bad key {'.'.join(path)!r}")
+    node = data
+    for i, part in enumerate(path[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        elif not isinstance(child, dict):
+            raise ConfigError(f"{where or '.'.join(path)}: {'.'.join(path[: i + 1])} is a value, not a section")
+        node = child
+    node[path[-1]] = value
+
+
+def reset_params_of_a_changed_workflow(before: dict[str, Any], after: dict[str, Any],
+                                       overrides: Sequence[str]) -> None:
+    """An override that names another workflow (`workflow.name=...`, `srpo train --workflow`)
+    starts it from its own defaults: the file's `workflow.params` belong to the file's workflow
+    and would fail on (or silently configure) another one. Params given on the command line
+    (`workflow.params.x=`, `workflow.params={...}`, `workflow={...}`) are kept."""
+    if after["workflow"]["name"] == before["workflow"]["name"]:
+        return
+    keys = [o.split("=", 1)[0].strip() for o in overrides]
+    if any(k in ("workflow", "workflow.params") for k in keys):  # params given whole
+        return
+    after["workflow"]["params"] = {}
+    apply_overrides(after, [o for o, k in zip(overrides, keys) if k.startswith("workflow.params.")], Config)
+
+
+def reset_settings_of_a_changed_task_pack(before: dict[str, Any], after: dict[str, Any],
+                                          overrides: Sequence[str]) -> None:
+    """An override that names another task pack (`task.name=search`) starts it from its own
+    settings: the file's pack settings (math's `task.source`...) belong to the file's pack. The
+    split fields and task settings given on the command line (`task.search.corpus=...`) stay."""
+    if after["task"]["name"] == before["task"]["name"]:
+        return
+    keys = [o.split("=", 1)[0].strip() for o in overrides]
+    if "task" in keys:  # the task section given whole
+        return
+    given = {k.split(".")[1] for k in keys if k.startswith("task.")}
+    for key in list(after["task"]):
+        if key not in GENERIC_TASK_KEYS and key not in given:
+            del after["task"][key]
+
+
+def load_config(path: str | Path | None = None, overrides: Sequence[str] = (),
+                cls: type = Config, *, check_machine: bool = True) -> Any:
+    """Config from a YAML file (None = all defaults) plus `key=value` overrides.
+
+    check_machine: also check_environment (CUDA for a cuda device, a writable output_dir);
+    False for a caller that uses neither (e.g. one that only builds workflows and rewards).
+    """
+    data: Any = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {e}") from e
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {str(path)!r} must hold a mapping at top level")
+    cfg = from_dict(cls, data)
+    if overrides:
+        # Overrides edit the complete config (defaults included), then everything is re-validated.
+        full = to_dict(cfg)
+        edited = apply_overrides(copy.deepcopy(full), overrides, cls)
+        if cls is Config:
+            reset_params_of_a_changed_workflow(full, edited, overrides)
+            reset_settings_of_a_changed_task_pack(full, edited, overrides)
+        cfg = from_dict(cls, edited)
+    if check_machine and isinstance(cfg, Config):
+        check_environment(cfg)
+    return cfg
+
+
+def check_environment(cfg: Config) -> None:
+    """What a config needs of this machine: its device and a writable output_dir.
+
+    Called by load_config (and by the trainer's preflight, for configs built in code); not by
+    Config itself, so a config written for another machine can still be built and inspected.
+    """
+    _check_device(cfg.device)
+    _check_output_dir(cfg.output_dir)
+
+
+def _check_device(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"device {device!r}: CUDA is not available on this machine "
+            f"(torch.cuda.is_available() is False); use device=cpu"
+        )
+
+
+def _check_output_dir(output_dir: str) -> None:
+    path = Path(output_dir)
+    if "{time}" in output_dir:
+        # the run fills in "{time}" when it starts: check the folder above the templated part
+        parts = path.parts
+        first = next(i for i, part in enumerate(parts) if "{time}" in part)
+        path = Path(*parts[:first]) if first else Path(".")
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "exists as a file" if existing == path else f"is under the file {str(existing)!r}"
+        raise ConfigError(f"output_dir {output_dir!r} {where}: it must be a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"output_dir {output_dir!r}: {str(existing)!r} is not writable, so the run could "
+            f"not write its files there"
+        )
