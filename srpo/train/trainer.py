@@ -433,58 +433,79 @@ class Trainer:
             return self._update(batch, record, bar)
 
     def _update(self, batch: FlatBatch, record: UpdateRecord | None, bar: Bar) -> dict[str, float]:
+        """The loop, in the shape of CleanRL's PPO update: per optimizer step, select whole sets and
+        compute their weights once; accumulate the gradient of one loss call per micro-batch;
+        then one optimizer step per policy."""
         t = self.cfg.train
-        on_policy = batch.old_logprobs is None
         for model in self.policies.models():
             model.train()
+        skipped = self._skipped_sets(batch).tolist()  # [S] left out: their loss and gradient are 0
         steps: list[dict[str, float]] = []  # metrics of each optimizer step
         grad_norms: dict[str, list[float]] = {n: [] for n in self.params}
-        skipped = self._skipped_sets(batch).tolist()  # [S] left out: their loss and gradient are 0
-        n_steps, micro_done = t.epochs * t.minibatches, 0
+        counter = _MicroBatchCounter(bar, optimizer_steps=t.epochs * t.minibatches)
         for _ in range(t.epochs):
             for set_ids in split_sets(batch, t.minibatches):
-                step = batch.select_sets(set_ids)
-                # N_sets and every other count are those of this optimizer step (all ranks),
-                # skipped sets included: the weights of the sets that are computed do not change
-                totals = sum_counts(self.dist, step_counts(step)) if self.dist.active else None
-                step = with_step_weights(self.spec, step, totals=totals)
+                step = self._weighted_step(batch, set_ids)
                 for opt in self.optimizers.values():
                     opt.zero_grad(set_to_none=True)
-                work_ids = [i for i, s in enumerate(set_ids) if not skipped[s]]
-                parts: list[dict[str, float]] = [] if work_ids else [{"loss": 0.0, "policy/loss": 0.0}]
-                work = step.select_sets(work_ids) if work_ids else None
-                packs = pack_sets(work, t.micro_batch_tokens) if work is not None else []
-                # total: micro-batches so far + this step's, the later steps' guessed alike
-                bar.update(total=micro_done + len(packs) * (n_steps - len(steps)) or None)
-                for j, micro_ids in enumerate(packs):
-                    micro = work.select_sets(micro_ids)
-                    out = self._logprobs(self.policies, micro, with_entropy=on_policy or t.entropy_alpha > 0)
-                    if on_policy:  # pi_old is the policy itself: its detached forward is log pi_old
-                        micro = dataclasses.replace(micro, old_logprobs=out.logprobs.detach())
-                        parts.append(self._forward_diagnostics(micro, out))
-                    loss, m = method_policy_loss(
-                        self.spec, micro, out.logprobs, entropy=out.entropy,
-                        kl_beta=t.kl_beta, entropy_alpha=t.entropy_alpha,
-                    )
-                    if not torch.isfinite(loss):
-                        raise FloatingPointError(f"non-finite loss {loss.item()} at step {self.step}")
-                    loss.backward()
-                    parts.append(m)
-                    if record is not None:  # the rollout batch's ids of this micro-batch's sets
-                        record.add([set_ids[work_ids[i]] for i in micro_ids],
-                                   set_update_state(self.spec, micro, out.logprobs))
-                    micro_done += 1
-                    bar.update(completed=micro_done, info=f"optimizer step {len(steps) + 1}/{n_steps}, "
-                                                          f"micro-batch {j + 1}/{len(packs)}")
-                steps.append(combine_micro_batches(parts))
-                self._zero_skipped_gradients(step)
-                for name, params in self.params.items():
-                    if self.dist.active:
-                        all_reduce_gradients(self.dist, params)
-                    norm = torch.nn.utils.clip_grad_norm_(params, t.grad_clip if t.grad_clip > 0 else math.inf)
-                    grad_norms[name].append(float(norm))
-                    self.optimizers[name].step()
-                    self.schedulers[name].step()
+                steps.append(self._accumulate_gradients(step, set_ids, skipped, record, counter))
+                self._optimizer_step(step, grad_norms)
+                counter.step_done()
+        return self._update_metrics(batch, skipped, steps, grad_norms)
+
+    def _weighted_step(self, batch: FlatBatch, set_ids: list[int]) -> FlatBatch:
+        """The sets of one optimizer step, with their weights. N_sets and every other count are
+        those of this optimizer step (all ranks), skipped sets included: the weights of the sets
+        that are computed do not depend on which are skipped."""
+        step = batch.select_sets(set_ids)
+        totals = sum_counts(self.dist, step_counts(step)) if self.dist.active else None
+        return with_step_weights(self.spec, step, totals=totals)
+
+    def _accumulate_gradients(self, step: FlatBatch, set_ids: list[int], skipped: list[bool],
+                              record: UpdateRecord | None, counter: _MicroBatchCounter) -> dict[str, float]:
+        """Backward of the method's loss over the step's computed sets, one micro-batch of whole
+        sets at a time (micro-batch losses add up to the step's loss); returns its metrics."""
+        t = self.cfg.train
+        on_policy = step.old_logprobs is None
+        work_ids = [i for i, s in enumerate(set_ids) if not skipped[s]]
+        if not work_ids:  # every set of this step has advantage 0: its loss and gradient are 0
+            return combine_micro_batches([{"loss": 0.0, "policy/loss": 0.0}])
+        work = step.select_sets(work_ids)
+        packs = pack_sets(work, t.micro_batch_tokens)
+        counter.plan(len(packs))
+        parts: list[dict[str, float]] = []
+        for j, micro_ids in enumerate(packs):
+            micro = work.select_sets(micro_ids)
+            out = self._logprobs(self.policies, micro, with_entropy=on_policy or t.entropy_alpha > 0)
+            if on_policy:  # pi_old is the policy itself: its detached forward is log pi_old
+                micro = dataclasses.replace(micro, old_logprobs=out.logprobs.detach())
+                parts.append(self._forward_diagnostics(micro, out))
+            loss, m = method_policy_loss(self.spec, micro, out.logprobs, entropy=out.entropy,
+                                         kl_beta=t.kl_beta, entropy_alpha=t.entropy_alpha)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"non-finite loss {loss.item()} at step {self.step}")
+            loss.backward()
+            parts.append(m)
+            if record is not None:  # the rollout batch's ids of this micro-batch's sets
+                record.add([set_ids[work_ids[i]] for i in micro_ids],
+                           set_update_state(self.spec, micro, out.logprobs))
+            counter.micro_batch_done(j, len(packs))
+        return combine_micro_batches(parts)
+
+    def _optimizer_step(self, step: FlatBatch, grad_norms: dict[str, list[float]]) -> None:
+        """Per policy: (all-reduce across ranks), clip the global gradient norm, AdamW, lr schedule."""
+        clip = self.cfg.train.grad_clip
+        self._zero_skipped_gradients(step)
+        for name, params in self.params.items():
+            if self.dist.active:
+                all_reduce_gradients(self.dist, params)
+            norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else math.inf)
+            grad_norms[name].append(float(norm))
+            self.optimizers[name].step()
+            self.schedulers[name].step()
+
+    def _update_metrics(self, batch: FlatBatch, skipped: list[bool], steps: list[dict[str, float]],
+                        grad_norms: dict[str, list[float]]) -> dict[str, float]:
         metrics = mean_over_steps(steps)
         metrics["update/optimizer_steps"] = float(len(steps))
         lengths = batch.response_lengths.double()  # [M]
@@ -715,3 +736,24 @@ def _progress_line(step: int, steps: int, m: dict[str, Any], timer: PhaseTimer) 
     return (f"step {step}/{steps}  reward {m.get('reward/mean', float('nan')):.3f}  "
             f"loss {m.get('loss', float('nan')):+.4f}  grad {grad}  clip {m.get('clip/all/frac', 0.0):.3f}  "
             f"kl {m.get('approx_kl', 0.0):.2e}  gen {m['throughput/gen_tokens_per_s']:.0f} tok/s  [{phases}]")
+
+
+class _MicroBatchCounter:
+    """The update's progress bar: micro-batches done of (so far + this step's x the steps left)."""
+
+    def __init__(self, bar: Bar, *, optimizer_steps: int):
+        self.bar, self.optimizer_steps = bar, optimizer_steps
+        self.steps_done = self.micro_done = 0
+
+    def plan(self, micro_batches: int) -> None:
+        left = self.optimizer_steps - self.steps_done  # the later steps guessed like this one
+        self.bar.update(total=self.micro_done + micro_batches * left or None)
+
+    def micro_batch_done(self, j: int, micro_batches: int) -> None:
+        self.micro_done += 1
+        self.bar.update(completed=self.micro_done,
+                        info=f"optimizer step {self.steps_done + 1}/{self.optimizer_steps}, "
+                             f"micro-batch {j + 1}/{micro_batches}")
+
+    def step_done(self) -> None:
+        self.steps_done += 1
