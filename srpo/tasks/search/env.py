@@ -10,7 +10,7 @@ as an observation (`ctx.observe`: loss_mask 0, never trained), delimited as
     [2] ...
     </information>
 
-and the agent continues. The workflows (srpo/workflows/search.py) drive the turns; this module
+and the agent continues. The workflows (srpo/tasks/search/workflows.py) drive the turns; this module
 holds what they share:
 
   * `parse_turn(text)`: the tags of one generation. A block is well formed when its open tag is
