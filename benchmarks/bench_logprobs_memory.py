@@ -19,12 +19,14 @@ chunk_size 1024, with and without entropy. Memory: each (variant, N, entropy) ru
 forward+backward in its own fresh subprocess, after a tiny warm-up of the same code path (so
 lazy library buffers are already there); reported is peak RSS (getrusage ru_maxrss, the kernel's
 high-water mark) minus the RSS right before the measured pass. tracemalloc does not see torch's
-allocations, hence RSS. The increment includes the gradients the pass leaves behind (head weight
+allocations, hence RSS. The increment includes the gradients the pass produces (head weight
 [V, hidden] and hidden [N, hidden]), the same for every variant. Time: one more subprocess per
 (N, entropy) runs the three variants interleaved (the order rotates every round) for --repeats
 rounds and reports the median; the per-round ratio b/a and c/a is paired, so its spread shows the
 noise. The first round's outputs are kept to check that (a) and (b) (and (c)) agree: max abs
-difference of logprobs, entropy, d hidden and d W.
+difference of logprobs, entropy, d hidden and d W. --parts memory / --parts time runs one half.
+Timings taken while another job uses the CPUs are worthless (RSS is not affected). On the
+2-core CPU the default run took about 6 minutes, --parts time about 3.5.
 
 --mode model: a randomly initialised Llama with a small hidden size (256) and 2 layers, so that,
 as in real models at RL batch sizes, the [batch, response, vocab] logits dominate activation
