@@ -186,6 +186,16 @@ def recall(retrieved_ids: Any, supporting_ids: Sequence[str]) -> float:
     return len(gold & set(retrieved_ids)) / len(gold)
 
 
+def recall_gain(round_ids: Any, earlier_ids: Any, supporting_ids: Sequence[str]) -> float:
+    """|supporting ∩ (round - earlier)| / |supporting| (distinct ids): the share of the
+    supporting documents that one retrieval returned and no earlier retrieval had. In [0, 1];
+    0 for an empty retrieval. Summed over an episode's retrievals it is the episode's recall."""
+    gold = set(supporting_ids)
+    if not gold:
+        raise ValueError("recall_gain needs at least one supporting document id")
+    return len(gold & (set(round_ids) - set(earlier_ids))) / len(gold)
+
+
 # --------------------------------------------------------------------------- the environment
 
 

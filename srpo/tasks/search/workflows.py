@@ -21,6 +21,9 @@ workflow protocol's `with_environment(env)`; in code, construct it with
 `env=SearchEnv(retriever, ...)`. Parameters are dataclass fields (config:
 workflow.params); prompts name their fields ({question}, ...) as listed per class.
 
+search_parallel's `credit: retrieval` gives each "query-r" set its own reward, the recall gain
+of its retrieval (see SearchParallel); every other transition gets the episode's outcome.
+
 Every episode's metadata carries the search counts (SearchStats.metadata: search_calls,
 search_dropped, search_invalid, search_truncated, search_budget_exhausted, recall_at_k...) and
 the unweighted answer scores score_em, score_f1, score_format.
@@ -32,7 +35,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from srpo.tasks.search.env import SearchEnv, SearchStats, parse_turn
+from srpo.tasks.search.env import SearchEnv, SearchStats, parse_turn, recall_gain
 from srpo.tasks.search.rewards import answer_scores
 from srpo.types import Task
 from srpo.workflows.base import (
@@ -108,6 +111,7 @@ ROUTE_PROMPT = (
 DIRECT_PROMPT = "Question: {question}\n\nReply with the answer as <answer>answer</answer> (a few words)."
 
 ROUTES = ("direct", "search", "parallel")
+CREDITS = ("episode", "retrieval")  # search_parallel.credit
 
 
 def _check_env(env: Any, where: str) -> None:
@@ -237,6 +241,19 @@ class SearchParallel(_SearchRoles):
     the last round's answerer is told to answer). Its output is the set "read-r" (size 1).
     Reward: the last answerer's output. A writer output without a valid query is counted in
     search_invalid (it stays in the set: the transition consumed it).
+
+    credit: what each "query-r" set is credited with (the "read-r" sets always get the
+    episode's outcome, and the episode's reward is the same either way):
+      "episode" (default): the episode's outcome reward (transition reward None);
+      "retrieval": its own retrieval's credit, a per-transition reward in [0, 1],
+          credit_r = (1 - w) * gain_r + w * hit_r, w = credit_hit_weight (default 0), where
+          gain_r = |G ∩ (D_r - D_<r)| / |G| (G: task.metadata["supporting_doc_ids"], D_r: the
+          documents round r's one retrieval call returned, top_k per query; D_<r: those of the
+          earlier rounds) and hit_r = 1 if G ∩ D_r is not empty, else 0. A round whose queries
+          are all invalid runs no retrieval: D_r is empty, credit 0. With w = 0 the credits
+          of an episode sum to its recall_at_k. Recorded as metadata retrieval_credit_r<r>
+          (rounds that ran) and retrieval_credit_total (their sum). A task without
+          supporting_doc_ids is an error (never a silent 0).
     query_prompt fields: {question}, {found}, {note}; read_prompt: {question}, {information},
     {instruction}.
     """
@@ -248,6 +265,8 @@ class SearchParallel(_SearchRoles):
     rounds: int = 2
     query_prompt: str = QUERY_PROMPT
     read_prompt: str = READ_PROMPT
+    credit: str = "episode"  # "episode" | "retrieval" (see the class doc)
+    credit_hit_weight: float = 0.0  # w in [0, 1]: credit = (1 - w) * recall gain + w * any hit
     env: SearchEnv | None = None
 
     name = "search_parallel"
@@ -264,6 +283,17 @@ class SearchParallel(_SearchRoles):
             self.k = len(self.writers)
         _positive("search_parallel.k", self.k)
         _positive("search_parallel.rounds", self.rounds)
+        if self.credit not in CREDITS:
+            raise ValueError(
+                f"search_parallel.credit must be one of {list(CREDITS)}, got {self.credit!r}"
+            )
+        w = self.credit_hit_weight
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.0 <= w <= 1.0:
+            raise ValueError(f"search_parallel.credit_hit_weight must be a number in [0, 1], "
+                             f"got {w!r}")
+        if w and self.credit != "retrieval":
+            raise ValueError("search_parallel.credit_hit_weight applies only with credit: "
+                             f"retrieval (credit is {self.credit!r})")
         check_template(self.query_prompt, ["question", "found", "note"],
                        where="search_parallel.query_prompt")
         check_template(self.read_prompt, ["question", "information", "instruction"],
@@ -281,15 +311,36 @@ class SearchParallel(_SearchRoles):
     def with_environment(self, env: SearchEnv) -> SearchParallel:
         return dataclasses.replace(self, env=env)
 
+    def supporting_ids(self, task: Task) -> list[str]:
+        """The task's supporting document ids, which credit "retrieval" needs (else an error)."""
+        ids = task.metadata.get("supporting_doc_ids")
+        if not ids:
+            raise ValueError(
+                f"search_parallel.credit='retrieval' needs the task's supporting documents, but "
+                f"task {task.task_id!r} has no metadata['supporting_doc_ids'] (NQ questions list "
+                f"none); use credit: episode, or questions that list them (generated world, "
+                f"wiki, HotpotQA, 2Wiki, MuSiQue)"
+            )
+        return list(ids)
+
+    def retrieval_credit(self, gold: list[str], round_ids: set[str],
+                         earlier_ids: set[str]) -> float:
+        """credit_r = (1 - w) * recall gain + w * any hit, in [0, 1] (see the class doc)."""
+        gain = recall_gain(round_ids, earlier_ids, gold)
+        hit = float(bool(set(gold) & round_ids))
+        w = float(self.credit_hit_weight)
+        return (1.0 - w) * gain + w * hit
+
     def run(self, task: Task, ctx: EpisodeContext) -> WorkflowRun:
         env = _need_env(self.env, self.name)
+        gold = self.supporting_ids(task) if self.credit == "retrieval" else None
         stats = SearchStats()
         q = task.prompt
         found, note = "(nothing yet)", "everything"
+        credits: list[float] = []
         for r in range(1, self.rounds + 1):
             prompt = self.query_prompt.format(question=q, found=found, note=note)
             writers = yield [Request(w, prompt) for w in self.slots]
-            ctx.transition(f"query-{r}", writers)
             queries: list[str] = []
             for out in writers:
                 stats.turns += 1
@@ -302,7 +353,15 @@ class SearchParallel(_SearchRoles):
                         queries.append(plain)
                     continue
                 queries += env.split_calls(parsed, stats)[0]
-            env.retrieve(queries, stats)  # one call for the whole set
+            earlier = set(stats.found)
+            results = env.retrieve(queries, stats)  # one call for the whole set
+            reward = None
+            if gold is not None:
+                reward = self.retrieval_credit(gold, {p.doc_id for ps in results for p in ps},
+                                               earlier)
+                credits.append(reward)
+                ctx.metadata[f"retrieval_credit_r{r}"] = reward
+            ctx.transition(f"query-{r}", writers, reward=reward)
             found = env.information(stats).strip()
             last = r == self.rounds
             reader = yield Request(self.answerer, self.read_prompt.format(
@@ -315,6 +374,8 @@ class SearchParallel(_SearchRoles):
         else:
             stats.budget_exhausted = 1
         ctx.metadata["search_rounds"] = r
+        if gold is not None:
+            ctx.metadata["retrieval_credit_total"] = sum(credits)
         return _finish(task, ctx, stats, reader, self.answerer)
 
 
