@@ -33,7 +33,7 @@ import yaml
 
 from srpo.config import to_dict
 from srpo.study.spec import StudySpec
-from srpo.train.checkpoint import latest_checkpoint
+from srpo.train.checkpoint import config_fingerprint, latest_checkpoint
 from srpo.train.run_identity import result_fingerprint
 
 # launch(argv, log_path) -> exit status; argv are `srpo` CLI arguments
@@ -147,15 +147,20 @@ def run_cell(spec: StudySpec, cell: Cell, launch: Launcher = subprocess_launcher
     d = cell.directory(spec.output)
     cfg = spec.cell_config(cell.setting, cell.method, cell.seed, d)
     cfg_dict = to_dict(cfg)
-    fingerprint = result_fingerprint(cfg_dict)
+    fingerprint = result_fingerprint(cfg_dict)  # of the resolved config: recorded, for reference
+    spec_fingerprint = config_fingerprint(spec.cell_inputs(cell.setting, cell.method, cell.seed))
     result_path = d / "result.json"
     if result_path.exists():
         done = _read_json(result_path)
-        if done.get("fingerprint") != fingerprint:
+        # a cell is identified by what the spec says about it; results written before the spec
+        # fingerprint existed are identified by their resolved config, as then
+        same = (done.get("spec_fingerprint") == spec_fingerprint if "spec_fingerprint" in done
+                else done.get("fingerprint") == fingerprint)
+        if not same:
             raise CellFailed(
-                f"{cell.label}: {result_path} was produced by another config (fingerprint "
-                f"{done.get('fingerprint')} != {fingerprint}); the spec changed since. Delete the cell "
-                "folder to rerun it, or restore the spec"
+                f"{cell.label}: {result_path} was produced by another config (the spec or the "
+                f"setting's file changed since). Delete the cell folder to rerun it, or restore "
+                "the spec"
             )
         return done
     resume = cell.method is not None and (d / "checkpoints").exists() and latest_checkpoint(d) is not None
@@ -186,6 +191,7 @@ def run_cell(spec: StudySpec, cell: Cell, launch: Launcher = subprocess_launcher
         "method": cell.method or "base",
         "seed": cell.seed,
         "fingerprint": fingerprint,
+        "spec_fingerprint": spec_fingerprint,
         "wall_seconds": wall,  # of the last (resumed) part; train_seconds covers every step
         "resumed": resume,
         "code": code,

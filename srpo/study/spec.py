@@ -73,6 +73,20 @@ class StudySpec:
     def method(self, name: str) -> Variant:
         return _by_name(self.methods, name, "method")
 
+    def cell_inputs(self, setting: str, method: str | None, seed: int) -> dict[str, Any]:
+        """What the spec says about one cell: its setting's config file (the text), `common`, the
+        setting's and the method's values, the seed and whether the base is evaluated apart.
+        Its hash identifies a finished cell (srpo.study.runner): a change of the spec or of the
+        setting's file reruns the cell; a change of srpo's code does not (each result records
+        the code it ran with), so a study resumed after a release that adds config fields keeps
+        its finished cells."""
+        s = self.setting(setting)
+        base_file = s.config or self.config
+        text = Path(base_file).read_text() if base_file and Path(base_file).is_file() else None
+        return {"config_file": base_file, "config_text": text, "common": self.common,
+                "setting": s.values, "method": None if method is None else self.method(method).values,
+                "seed": seed, "base_eval": self.base_eval}
+
     def cell_config(self, setting: str, method: str | None, seed: int, run_dir: Path) -> Config:
         """The complete, validated config of one cell (method None: the untrained base model)."""
         s = self.setting(setting)

@@ -183,6 +183,25 @@ def test_a_done_cell_whose_spec_changed_is_an_error_not_a_silent_mix(tmp_path):
         run_cell(changed, cell, inprocess_launcher)
 
 
+def test_a_done_cell_survives_a_code_change_that_only_adds_config_fields(tmp_path):
+    """The cell's identity is what the spec says about it: a later srpo whose resolved config
+    differs (a new field, a renamed default section) keeps finished cells; the result records
+    the code it ran with."""
+    spec = parse_spec(_one_setting(tmp_path, seeds=[0]))
+    cell = [c for c in plan_cells(spec) if c.method == "grpo"][0]
+    first = run_cell(spec, cell, inprocess_launcher)
+    path = cell.directory(spec.output) / "result.json"
+    stored = json.loads(path.read_text())
+    stored["fingerprint"] = "resolved-config-of-an-older-srpo"
+    path.write_text(json.dumps(stored))
+    again = run_cell(spec, cell, inprocess_launcher)  # not rerun: the same result comes back
+    assert again["correct"] == first["correct"] and again["fingerprint"] == stored["fingerprint"]
+    del stored["spec_fingerprint"]  # a result written before spec fingerprints: the old rule
+    path.write_text(json.dumps(stored))
+    with pytest.raises(CellFailed, match="another config"):
+        run_cell(spec, cell, inprocess_launcher)
+
+
 def test_a_failing_cell_is_reported_and_the_others_go_on(tmp_path):
     spec = parse_spec(_one_setting(tmp_path, seeds=[0]))
 
