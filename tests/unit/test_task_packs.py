@@ -78,3 +78,11 @@ def test_switching_the_pack_on_the_command_line_drops_the_files_settings(echo_fi
     assert cfg.task.source == "reasoning_gym" and not hasattr(cfg.task, "words")
     cfg = load_config(None, ["task.name=testbed", "task.testbed.set_sizes=[2]"])
     assert cfg.task.testbed.set_sizes == [2]
+
+
+def test_srpo_packs_lists_the_installed_packs(capsys):
+    from srpo.cli import main
+
+    assert main(["packs"]) == 0
+    names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert {"math", "search", "testbed"} <= set(names)
