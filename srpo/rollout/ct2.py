@@ -159,7 +159,7 @@ class _IdVocabulary:
         self.size = size
         eos = tokenizer.eos_token_id
         bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else eos
-        unk = next((i for i in (tokenizer.unk_token_id, tokenizer.pad_token_id, eos) if i is not None))
+        unk = next(i for i in (tokenizer.unk_token_id, tokenizer.pad_token_id, eos) if i is not None)
         self.eos_token, self.bos_token, self.unk_token = _token(eos), _token(bos), _token(unk)
         self.pad_token = _token(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos)
 

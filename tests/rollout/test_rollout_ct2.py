@@ -18,8 +18,8 @@ from srpo.rollout.backends import GenerationRequest
 
 ct2 = pytest.importorskip("ctranslate2")
 
-from srpo.rollout.ct2 import CTranslate2Backend, processed_logprobs  # noqa: E402
-from srpo.train.trainer import Trainer  # noqa: E402
+from srpo.rollout.ct2 import CTranslate2Backend, processed_logprobs
+from srpo.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "configs" / "smoke.yaml"
@@ -86,7 +86,7 @@ def test_training_on_ctranslate2_syncs_every_step_and_matches_the_trained_policy
     for r in lines:
         assert math.isfinite(r["loss"]) and r["mismatch/kl"] < 1e-8
     # the engine holds the final weights: its greedy answers are HF generate's on the trained model
-    model, tok = trainer.policies.models()[0], trainer.policies["shared"].tokenizer
+    tok = trainer.policies["shared"].tokenizer
     sp = SamplingParams(temperature=0, max_new_tokens=12)
     reqs = [GenerationRequest("a", "shared", (), tuple(tok(t, add_special_tokens=False)["input_ids"]), sp)
             for t in ("What is 1 + 2?", "Hello", "Answer: ")]
