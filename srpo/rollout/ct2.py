@@ -42,6 +42,7 @@ CTranslate2 is optional (`pip install 'srpo[ct2]'`); it is imported when a backe
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -49,7 +50,7 @@ import tempfile
 import threading
 import time
 import types
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,34 +99,56 @@ class _Stub:
     never on the live model."""
 
 
-def _lora_weight(module: Any, adapter: str) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(weight, bias) of a peft LoRA layer with `adapter` merged, as new tensors."""
-    if getattr(module, "lora_magnitude_vector", None) and adapter in module.lora_magnitude_vector:
-        raise NotImplementedError("rollout.backend 'ctranslate2' does not merge DoRA adapters")
+def _lora_weight(module: Any, adapter: str, buffers: dict[str, torch.Tensor] | None,
+                 name: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(weight, bias) of a peft LoRA layer with `adapter` merged (W + scaling * B @ A), in new
+    tensors (in `buffers[name]`, reused from the last conversion, when given)."""
+    if adapter in getattr(module, "lora_variant", {}) or adapter in (
+            getattr(module, "lora_magnitude_vector", None) or {}):
+        raise NotImplementedError("rollout.backend 'ctranslate2' merges plain LoRA adapters only "
+                                  "(not DoRA or other LoRA variants)")
     base = module.get_base_layer()
     weight = base.weight.detach()
-    if adapter not in getattr(module, "merged_adapters", ()):
+    bias = getattr(base, "bias", None)
+    bias = None if bias is None else bias.detach()
+    if adapter in getattr(module, "merged_adapters", ()):
+        return weight, bias  # peft merged it into the base weight already
+    scaling = module.scaling[adapter]
+    if (isinstance(base, torch.nn.Linear) and not getattr(module, "fan_in_fan_out", False)
+            and weight.dtype == torch.float32 and adapter in module.lora_A):
+        a, b = module.lora_A[adapter].weight.detach(), module.lora_B[adapter].weight.detach()
+        out = None if buffers is None else buffers.get(name)
+        if out is None or out.shape != weight.shape or out.device != weight.device:
+            out = torch.empty_like(weight)
+            if buffers is not None:
+                buffers[name] = out
+        merged = torch.addmm(weight, b, a, alpha=scaling, out=out)  # W + scaling * B @ A, one pass
+    else:
         delta = module.get_delta_weight(adapter).detach()
         if delta.shape != weight.shape:
             raise ValueError(f"LoRA delta of shape {tuple(delta.shape)} for a weight of "
                              f"{tuple(weight.shape)}")
-        weight = weight + delta.to(weight.dtype)
-    bias = getattr(base, "bias", None)
-    return weight, None if bias is None else bias.detach()
+        merged = weight + delta.to(weight.dtype)
+    if getattr(module, "lora_bias", {}).get(adapter):
+        bias = bias + module.lora_B[adapter].bias.detach() * scaling
+    return merged, bias
 
 
-def _stub(module: torch.nn.Module, adapter: str | None) -> _Stub:
+def _stub(module: torch.nn.Module, adapter: str | None,
+          buffers: dict[str, torch.Tensor] | None = None, prefix: str = "") -> _Stub:
     s = _Stub()
     if adapter is not None and hasattr(module, "lora_A") and hasattr(module, "get_base_layer"):
-        s.weight, s.bias = _lora_weight(module, adapter)
+        s.weight, s.bias = _lora_weight(module, adapter, buffers, prefix)
         return s
     for name, p in module._parameters.items():
         setattr(s, name, None if p is None else p.detach())
     for name, child in module._modules.items():
         if isinstance(child, torch.nn.ModuleList):
-            setattr(s, name, [_stub(c, adapter) for c in child])
+            setattr(s, name, [_stub(c, adapter, buffers, f"{prefix}{name}.{i}.")
+                              for i, c in enumerate(child)])
         else:
-            setattr(s, name, None if child is None else _stub(child, adapter))
+            setattr(s, name, None if child is None
+                    else _stub(child, adapter, buffers, f"{prefix}{name}."))
     return s
 
 
@@ -167,13 +190,52 @@ class _IdVocabulary:
         return {_token(i): i for i in range(self.size)}
 
 
-_LOADER_LOCK = threading.Lock()
+_PATCH_LOCK = threading.RLock()  # nested entries restore what they found
 
 
-def model_spec(model: Any, tokenizer: Any, adapter: str | None = None) -> Any:
+@contextlib.contextmanager
+def _fast_conversion() -> Iterator[None]:
+    """Three shortcuts in CTranslate2's converter code for a model already in memory, for the
+    duration (measured on SmolLM2-135M, 2 threads, 1.2 s of a 2.2 s conversion on a busy machine):
+      - its loaders call gc.collect() after every layer, to free a loaded model as they go
+        (~80 ms each in a process that holds a trainer);
+      - `optimize` aliases variables that are element-wise equal, comparing every pair of the
+        same shape; here only variables that are the same tensor are aliased (tied embeddings),
+        which is all that saves memory (equal but distinct tensors are rare and only cost space);
+      - `save` copies each tensor into a bytes object before writing it; here the file is written
+        from the tensor's memory."""
+    from ctranslate2.converters import transformers as ct2_transformers
+    from ctranslate2.specs import model_spec as ct2_spec
+
+    var = ct2_spec.PyTorchVariable
+
+    def same_tensor(self: Any, other: Any) -> bool:
+        a, b = self.tensor, other.tensor
+        return a is b or (a.data_ptr() == b.data_ptr() and a.shape == b.shape
+                          and a.stride() == b.stride() and a.dtype == b.dtype)
+
+    def tensor_memory(self: Any) -> Any:
+        if self.tensor.dtype in (torch.bfloat16,) or not self.tensor.is_contiguous():
+            return original_to_bytes(self)
+        return memoryview(self.tensor.numpy()).cast("B")
+
+    with _PATCH_LOCK:
+        real_gc, original_equal, original_to_bytes = ct2_transformers.gc, var._equal, var.to_bytes
+        ct2_transformers.gc = types.SimpleNamespace(collect=lambda *a: 0)
+        var._equal, var.to_bytes = same_tensor, tensor_memory
+        try:
+            yield
+        finally:
+            ct2_transformers.gc = real_gc
+            var._equal, var.to_bytes = original_equal, original_to_bytes
+
+
+def model_spec(model: Any, tokenizer: Any, adapter: str | None = None,
+               buffers: dict[str, torch.Tensor] | None = None) -> Any:
     """The CTranslate2 model spec of a transformers causal LM (or a peft model with `adapter`
     merged), built from the weights in memory. Supported: every architecture CTranslate2's
-    transformers converter supports (llama and qwen2 here)."""
+    transformers converter supports (llama and qwen2 here). buffers: where merged LoRA weights
+    are written, reused from one conversion to the next (the caller's dict; empty at first)."""
     import_ctranslate2()
     from ctranslate2.converters import transformers as ct2_transformers
 
@@ -185,21 +247,14 @@ def model_spec(model: Any, tokenizer: Any, adapter: str | None = None) -> Any:
             f"{sorted(ct2_transformers._MODEL_LOADERS)}"
         )
     with torch.no_grad():
-        stub = _stub(hf, adapter)
+        stub = _stub(hf, adapter, buffers)
         stub.config = hf.config
         _to_cpu(stub, set())
     vocab = _IdVocabulary(tokenizer, hf.config.vocab_size)
-    # The loaders call gc.collect() after every layer (they free a loaded model as they go):
-    # ~80 ms each in a process holding a trainer, 2.5 s for 30 layers, for nothing here.
-    with _LOADER_LOCK:
-        real_gc = ct2_transformers.gc
-        ct2_transformers.gc = types.SimpleNamespace(collect=lambda *a: 0)
-        try:
-            spec = loader(stub, vocab)
-        finally:
-            ct2_transformers.gc = real_gc
-    spec.validate()
-    spec.optimize(quantization=None)  # aliases tied weights; quantization happens at load
+    with _fast_conversion():
+        spec = loader(stub, vocab)
+        spec.validate()
+        spec.optimize(quantization=None)  # aliases tied weights; quantization happens at load
     return spec
 
 
@@ -218,7 +273,8 @@ def load_generator(spec: Any, *, device: str, compute_type: str, intra_threads: 
     ct2 = import_ctranslate2()
     directory = tempfile.mkdtemp(prefix="srpo-ct2-", dir=scratch or _scratch_root())
     try:
-        spec.save(directory)
+        with _fast_conversion():
+            spec.save(directory)
         return ct2.Generator(directory, device=device, compute_type=compute_type,
                              intra_threads=intra_threads)
     finally:
@@ -314,6 +370,7 @@ class CTranslate2Backend:
         self.logits_budget_bytes = logits_budget_bytes
         self.stats = CT2Stats()
         self._engines: dict[str, _Engine] = {}
+        self._buffers: dict[str, dict[str, torch.Tensor]] = {}  # merged LoRA weights, reused
 
     # ------------------------------------------------------------------ weight sync
 
@@ -337,11 +394,13 @@ class CTranslate2Backend:
             t0 = time.perf_counter()
             policy = self.policies[name]
             key = weights_key(policy.model)
-            spec = model_spec(policy.model, policy.tokenizer, policy.adapter)
             threads = self.intra_threads or torch.get_num_threads()
             self._engines.pop(name, None)  # free the old engine's weights first
+            spec = model_spec(policy.model, policy.tokenizer, policy.adapter,
+                              self._buffers.setdefault(name, {}))
             generator = load_generator(spec, device=self._device_of(policy),
                                        compute_type=self.compute_type, intra_threads=threads)
+            del spec
             # the engine's sampler is seeded when its worker thread first samples: from torch's
             # global RNG, so runs seeded with torch.manual_seed repeat
             ct2.set_random_seed(int(torch.randint(0, 2**31 - 1, (1,)).item()))
