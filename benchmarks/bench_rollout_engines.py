@@ -12,15 +12,20 @@ process, over the same PolicySet, alternating backends run by run after a warm-u
   3. mismatch/kl per backend: the trainer's metric, token mean of k3 KL(sampler || trainer
      forward) on the backend's own rollout, the trainer's log-probs at temperature 1 from the
      torch policy (the one trained);
-  4. with --train: the default job (shortened by --train-steps / --eval-size) through Trainer
+  4. with --parts train: the default job (shortened by --train-steps / --eval-size) through Trainer
      with each backend, one after the other: mean seconds per phase (metrics.jsonl's time/*),
-     eval seconds, held-out accuracy before / after.
+     eval seconds, held-out accuracy before / after (greedy, so "before" must agree);
+  5. with --parts eval: the greedy held-out evaluation (--eval-size problems) of the same weights
+     through each backend: accuracy, seconds, agreement with the first mode per problem and
+     token for token.
 
-Before timing, the LoRA adapter's B matrices get small random values (std --lora-noise), so the
+Before parts 1-3 and 5, every LoRA weight gets small random noise (std --lora-noise), so the
 merged weights differ from the base weights as they do after some training.
 
-    .venv/bin/python benchmarks/bench_rollout_engines.py                  # 1-3, ~2 min alone
-    .venv/bin/python benchmarks/bench_rollout_engines.py --train --train-steps 10 --eval-size 64
+    .venv/bin/python benchmarks/bench_rollout_engines.py                  # 1-3, 1.5 min alone
+    .venv/bin/python benchmarks/bench_rollout_engines.py --parts train --modes hf,ct2-float32 \\
+        --train-steps 10 --eval-size 64                                   # ~3 min alone
+    .venv/bin/python benchmarks/bench_rollout_engines.py --parts eval      # ~1.5 min alone
 
 Threads: torch.set_num_threads(--threads) and CTranslate2 intra_threads = --threads. Numbers
 from a machine that runs something else at the same time are not worth reporting.
@@ -143,6 +148,35 @@ def bench_rollouts(args) -> None:
         print(f"  {mode:12s} mismatch/kl {kl:.3e}   mean |log-prob diff| {diff:.3e}")
 
 
+def bench_eval(args) -> None:
+    """Greedy held-out evaluation of the same weights through each backend: accuracy, seconds,
+    and agreement with HF (per problem, and every generated token)."""
+    from srpo.train.evaluate import evaluate
+
+    cfg = load_config(PRESET, overrides("hf", args.threads))
+    policies = build_policies(cfg.model, cfg.policies, cfg.device)
+    lora_step(policies, args.lora_noise)
+    tasks = load_tasks(cfg.task, split="heldout", limit=args.eval_size)
+    print(f"\n5. greedy evaluation of the same weights on {len(tasks)} held-out problems")
+    ref = None
+    for mode in args.modes:
+        runner, workflow = build_rollout(load_config(PRESET, overrides(mode, args.threads)),
+                                         policies=policies)
+        if hasattr(runner.backend, "sync"):
+            runner.backend.sync()
+        result, episodes = evaluate(runner, workflow, tasks, seed=cfg.seed, batch_tasks=cfg.eval.batch_tasks)
+        ids = [[m.response_ids for s in e.transitions for m in s.members] for e in episodes]
+        line = f"  {mode:12s} accuracy {result.summary()}  {result.seconds:.1f} s"
+        if ref is None:
+            ref = (result, ids)
+        else:
+            same_correct = sum(a == b for a, b in zip(ref[0].correct, result.correct))
+            same_tokens = sum(a == b for a, b in zip(ref[1], ids))
+            line += (f"; vs {args.modes[0]}: same verdict on {same_correct}/{len(tasks)}, "
+                     f"token-identical episodes {same_tokens}/{len(tasks)}")
+        print(line)
+
+
 def bench_training(args) -> None:
     from srpo.train.trainer import Trainer
 
@@ -164,12 +198,16 @@ def bench_training(args) -> None:
         mean = {k: statistics.mean(r[k] for r in steps if k in r) for k in phases}
         evals = [r["eval/seconds"] for r in rows if "eval/seconds" in r]
         kl = [r["mismatch/kl"] for r in steps if "mismatch/kl" in r]
+        computed = sum(r["sets/all/count"] * (1 - r["update/skipped_set_share"]) for r in steps)
+        update = sum(r["time/update"] for r in steps)
         stats = trainer.runner.backend.stats
         sync = (f", {stats.syncs} syncs, {stats.sync_seconds:.1f} s in all"
                 if hasattr(stats, "syncs") else "")
         print(f"  {mode:12s} wall {wall:.0f} s; per step: "
               + ", ".join(f"{k[5:]} {v:.2f} s" for k, v in mean.items())
               + f"; eval {', '.join(f'{e:.1f}' for e in evals)} s{sync}")
+        print(f"  {'':12s} update: {computed:.0f} sets computed (zero-advantage sets skipped), "
+              f"{update / max(computed, 1):.3f} s a computed set (the samples differ by backend)")
         if kl:
             print(f"  {'':12s} mismatch/kl mean {statistics.mean(kl):.3e} (max {max(kl):.3e})")
         if result.before and result.after:
@@ -185,8 +223,8 @@ def main() -> None:
     p.add_argument("--sync-repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--lora-noise", type=float, default=4e-3)
-    p.add_argument("--train", action="store_true", help="also part 4 (minutes)")
-    p.add_argument("--only-train", action="store_true", help="part 4 only")
+    p.add_argument("--parts", default="rollout",
+                   help="comma-separated, of: rollout (1-3), train (4, minutes), eval (5)")
     p.add_argument("--train-steps", type=int, default=40)
     p.add_argument("--eval-size", type=int, default=256)
     args = p.parse_args()
@@ -195,11 +233,15 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown mode(s) {unknown}; known: {list(MODES)}")
     torch.set_num_threads(args.threads)
-    if not args.only_train:
+    parts = {x.strip() for x in args.parts.split(",") if x.strip()}
+    if parts - {"rollout", "train", "eval"}:
+        raise SystemExit(f"unknown part(s) {sorted(parts - {'rollout', 'train', 'eval'})}")
+    if "rollout" in parts:
         bench_rollouts(args)
-    if args.train or args.only_train:
+    if "train" in parts:
         bench_training(args)
-
+    if "eval" in parts:
+        bench_eval(args)
 
 if __name__ == "__main__":
     main()
