@@ -174,6 +174,19 @@ def build_workflow_from(cfg: Config, name: str | None = None) -> Workflow:
     return build_workflow(name)
 
 
+def build_backend(cfg: Config, policies: PolicySet) -> Any:
+    """The generation backend rollout.backend selects, over these policies."""
+    r = cfg.rollout
+    if r.backend == "ctranslate2":
+        from srpo.rollout.ct2 import CTranslate2Backend  # optional: srpo[ct2]
+
+        return CTranslate2Backend(policies, compute_type=r.ct2_compute_type,
+                                  intra_threads=r.ct2_threads, max_batch_size=r.max_batch_size,
+                                  record_logprobs=r.record_logprobs)
+    return HFGenerateBackend(policies, max_batch_size=r.max_batch_size,
+                             record_logprobs=r.record_logprobs, sampler=r.sampler)
+
+
 def build_rollout(cfg: Config, *, workflow: str | None = None,
                   policies: PolicySet | None = None) -> tuple[RolloutRunner, Workflow]:
     """(runner, workflow) for a config. The workflow is built first so that a bad name fails
@@ -188,12 +201,7 @@ def build_rollout(cfg: Config, *, workflow: str | None = None,
         )
     if policies is None:
         policies = build_policies(cfg.model, cfg.policies, cfg.device)
-    backend = HFGenerateBackend(
-        policies,
-        max_batch_size=cfg.rollout.max_batch_size,
-        record_logprobs=cfg.rollout.record_logprobs,
-        sampler=cfg.rollout.sampler,
-    )
+    backend = build_backend(cfg, policies)
     pack = task_pack(cfg)
     runner = RolloutRunner(agents, backend, pack.make_reward(cfg.task), seed=cfg.seed,
                            answer_key=pack.answer_key)

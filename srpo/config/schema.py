@@ -273,12 +273,23 @@ class RolloutConfig(_Section):
     # how a sampled token is drawn: "inverse_cdf" (srpo's own, 25x faster on a 49k vocabulary)
     # or "multinomial" (HF generate's torch.multinomial); the same distribution, other random draws
     sampler: str = "inverse_cdf"
+    # the generation engine: "hf" (transformers generate) or "ctranslate2" (CTranslate2, optional
+    # extra srpo[ct2]; converted from the live weights, re-converted after each update)
+    backend: str = "hf"
+    # CTranslate2 weights: "float32" (the policy itself) or "int8" (quantized: a different policy,
+    # refused in training; for srpo rollout / srpo eval)
+    ct2_compute_type: str = "float32"
+    ct2_threads: int | None = None  # CTranslate2 CPU threads (None = torch's thread count)
 
     @model_validator(mode="after")
     def _check(self) -> Self:
         if self.max_batch_size is not None:
             positive("rollout.max_batch_size", self.max_batch_size)
         one_of("rollout.sampler", self.sampler, ("inverse_cdf", "multinomial"))
+        one_of("rollout.backend", self.backend, ("hf", "ctranslate2"))
+        one_of("rollout.ct2_compute_type", self.ct2_compute_type, ("float32", "int8"))
+        if self.ct2_threads is not None:
+            positive("rollout.ct2_threads", self.ct2_threads)
         return self
 
 

@@ -50,6 +50,7 @@ from srpo.objective.methods import (
     with_step_weights,
 )
 from srpo.build import build_policies, build_rollout, load_tasks, task_pack
+from srpo.rollout.ct2 import check_training_backend
 from srpo.rollout.policies import PolicySet
 from srpo.rollout.runner import rollout_metrics
 from srpo.train import episodes_log
@@ -185,6 +186,7 @@ class Trainer:
                 # HF applies it in train mode only, so rollouts and no-grad passes are unaffected
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.runner, self.workflow = build_rollout(cfg, policies=self.policies)
+        check_training_backend(self.runner.backend)  # a quantized sampler is not the trained policy
         # the reward component evaluation counts as solved: the config's, else the task pack's
         self.success_component = cfg.eval.success_component or task_pack(cfg).success_component
         check_training_sampling({a: self.runner.agents[a].sampling for a in self.workflow.agents})
