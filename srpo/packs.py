@@ -21,15 +21,13 @@ Only a `TaskPack` value is accepted (anything else is refused before it is used)
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from pathlib import Path
 from typing import Any
 
 from srpo.types import Task
+from srpo.workflows.registry import import_reference, register_workflow
 
 ENTRY_POINT_GROUP = "srpo.task_packs"
 
@@ -91,8 +89,6 @@ def register_pack(pack: TaskPack) -> TaskPack:
     if not isinstance(pack, TaskPack):
         raise ValueError(f"register_pack takes a TaskPack, got {type(pack).__name__}")
     _PACKS[pack.name] = pack
-    from srpo.workflows.registry import register_workflow
-
     for factory in pack.workflows:
         register_workflow(factory)
     return pack
@@ -128,23 +124,7 @@ def get_pack(name: str) -> TaskPack:
 
 
 def _import_pack(ref: str) -> TaskPack:
-    module_ref, _, attr = ref.rpartition(":")
-    try:
-        if module_ref.endswith(".py"):
-            path = Path(module_ref)
-            if not path.is_file():
-                raise FileNotFoundError(f"no such file {module_ref!r}")
-            spec = importlib.util.spec_from_file_location(f"srpo_user_pack_{path.stem}", path)
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(module_ref)
-    except (ImportError, FileNotFoundError) as e:
-        raise ValueError(f"task pack {ref!r}: cannot import {module_ref!r}: {e}") from e
-    if not hasattr(module, attr):
-        raise ValueError(f"task pack {ref!r}: {module_ref!r} has no attribute {attr!r}")
-    pack = _checked(getattr(module, attr), f"task pack {ref!r}")
+    pack = _checked(import_reference(ref, what="task pack"), f"task pack {ref!r}")
     if pack.name != ref:
         # the config names it by reference: register it under that name too
         pack = TaskPack(**{**{f: getattr(pack, f) for f in pack.__dataclass_fields__}, "name": ref})

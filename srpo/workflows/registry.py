@@ -94,25 +94,34 @@ def _params_of(factory: Factory) -> list[str] | None:
     return [p.name for p in params if p.name != "self"]
 
 
-def _import_factory(ref: str) -> Factory:
-    """"package.module:Name" or "path/to/file.py:Name" -> the object named."""
+def import_reference(ref: str, *, what: str) -> Any:
+    """"package.module:Name" or "path/to/file.py:Name" -> the object named (a file is executed
+    as a module of its own). ValueError naming `what` and `ref` when it cannot be imported.
+    Used for user workflows here and for user task packs (srpo.packs)."""
     module_ref, _, attr = ref.rpartition(":")
     try:
         if module_ref.endswith(".py"):
             path = Path(module_ref)
             if not path.is_file():
                 raise FileNotFoundError(f"no such file {module_ref!r}")
-            spec = importlib.util.spec_from_file_location(f"srpo_user_workflow_{path.stem}", path)
+            name = f"srpo_user_{what.replace(' ', '_')}_{path.stem}"
+            spec = importlib.util.spec_from_file_location(name, path)
             assert spec is not None and spec.loader is not None
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
         else:
             module = importlib.import_module(module_ref)
     except (ImportError, FileNotFoundError) as e:
-        raise ValueError(f"workflow {ref!r}: cannot import {module_ref!r}: {e}") from e
+        raise ValueError(f"{what} {ref!r}: cannot import {module_ref!r}: {e}") from e
     if not hasattr(module, attr):
-        raise ValueError(f"workflow {ref!r}: {module_ref!r} has no attribute {attr!r}")
-    target = getattr(module, attr)
+        raise ValueError(f"{what} {ref!r}: {module_ref!r} has no attribute {attr!r}")
+    return getattr(module, attr)
+
+
+def _import_factory(ref: str) -> Factory:
+    """"package.module:Name" or "path/to/file.py:Name" -> the workflow class named."""
+    attr = ref.rpartition(":")[2]
+    target = import_reference(ref, what="workflow")
     problem = _not_a_workflow_class(target)
     if problem:
         raise ValueError(
