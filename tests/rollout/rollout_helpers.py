@@ -8,9 +8,11 @@ files import the fixtures they use from here.
 from __future__ import annotations
 
 import pytest
+import torch
 
 from srpo.models import build_byte_tokenizer, build_tiny_model
 from srpo.rollout import AgentSpec, PolicySet, RolloutRunner, SamplingParams, ScriptedBackend
+from srpo.rollout.backends import GenerationRequest
 from srpo.tasks.math import MathReward
 from srpo.types import Task
 
@@ -62,3 +64,29 @@ def scripted_runner(tok, script=default_script, *, policies=("shared",), policy_
                            reward or MathReward(correct_weight=1.0, format_weight=0.1),
                            seed=seed)
     return runner, backend
+
+
+def backend_requests(tok, texts, sampling, policy="shared"):
+    return [
+        GenerationRequest("a", policy, (), tuple(tok(t, add_special_tokens=False)["input_ids"]), sampling)
+        for t in texts
+    ]
+
+
+def reference_logprobs(model, prompt, response, sampling):
+    """log-softmax of the processed logits (temperature, top-k, top-p), by hand."""
+    ids = torch.tensor([list(prompt) + list(response)])
+    with torch.no_grad():
+        z = model(ids).logits[0, len(prompt) - 1 : -1].float()
+    if sampling.temperature > 0:
+        z = z / sampling.temperature
+    if sampling.top_k:
+        kth = z.topk(sampling.top_k, dim=-1).values[:, -1:]
+        z = z.masked_fill(z < kth, float("-inf"))
+    if sampling.top_p < 1:
+        sorted_z, order = z.sort(dim=-1)  # ascending, as HF's TopPLogitsWarper
+        cum = sorted_z.softmax(-1).cumsum(-1)
+        drop = cum <= 1 - sampling.top_p
+        drop[:, -1] = False
+        z = z.masked_fill(drop.scatter(1, order, drop), float("-inf"))
+    return z.log_softmax(-1).gather(1, torch.tensor(response)[:, None])[:, 0]

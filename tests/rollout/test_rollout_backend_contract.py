@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rollout_helpers import make_agents, make_tasks
+from rollout_helpers import backend_requests, make_agents, make_tasks, reference_logprobs
 
 from srpo.batch import build_flat_batch
 from srpo.models import build_tiny_model
@@ -39,30 +39,6 @@ def tiny_arch(request):
     return build_tiny_model(request.param, seed=0)
 
 
-def _requests(tok, texts, sampling, policy="shared"):
-    return [
-        GenerationRequest("a", policy, (), tuple(tok(t, add_special_tokens=False)["input_ids"]), sampling)
-        for t in texts
-    ]
-
-
-def _reference_logprobs(model, prompt, response, sampling):
-    """log-softmax of the processed logits (temperature, top-k, top-p), by hand."""
-    ids = torch.tensor([list(prompt) + list(response)])
-    with torch.no_grad():
-        z = model(ids).logits[0, len(prompt) - 1 : -1].float()
-    if sampling.temperature > 0:
-        z = z / sampling.temperature
-    if sampling.top_k:
-        kth = z.topk(sampling.top_k, dim=-1).values[:, -1:]
-        z = z.masked_fill(z < kth, float("-inf"))
-    if sampling.top_p < 1:
-        sorted_z, order = z.sort(dim=-1)  # ascending, as HF's TopPLogitsWarper
-        cum = sorted_z.softmax(-1).cumsum(-1)
-        drop = cum <= 1 - sampling.top_p
-        drop[:, -1] = False
-        z = z.masked_fill(drop.scatter(1, order, drop), float("-inf"))
-    return z.log_softmax(-1).gather(1, torch.tensor(response)[:, None])[:, 0]
 
 
 PROMPTS = ["Hello there, agent.", "Hi", "What is 2 + 2?", "a much longer prompt, with more words"]
@@ -83,13 +59,13 @@ PROMPTS = ["Hello there, agent.", "Hi", "What is 2 + 2?", "a much longer prompt,
 def test_sampling_logprobs_are_those_sampled_from(tiny_arch, kind, sampling):
     model, tok = tiny_arch
     backend = make_backend(kind, PolicySet.shared(model, tok))
-    reqs = _requests(tok, PROMPTS, sampling)
+    reqs = backend_requests(tok, PROMPTS, sampling)
     torch.manual_seed(0)
     gens = backend.generate("shared", reqs)
     for r, g in zip(reqs, gens):
         assert 1 <= len(g.token_ids) <= 10 and len(g.logprobs) == len(g.token_ids)
         assert (g.stop_reason == "eos") == (g.token_ids[-1] == tok.eos_token_id)
-        ref = _reference_logprobs(model, r.prompt_ids, g.token_ids, sampling)
+        ref = reference_logprobs(model, r.prompt_ids, g.token_ids, sampling)
         assert torch.isfinite(ref).all()  # every sampled token is in the support
         torch.testing.assert_close(torch.tensor(g.logprobs), ref, atol=1e-4, rtol=1e-4)
     assert backend.stats.calls == 1 and backend.stats.requests == len(reqs)
@@ -104,7 +80,7 @@ def test_sampling_follows_the_distribution(kind):
     backend = make_backend(kind, PolicySet.shared(model, tok))
     sp = SamplingParams(temperature=0.5, top_k=5, max_new_tokens=1)
     torch.manual_seed(0)
-    gens = backend.generate("shared", _requests(tok, ["x y"] * 600, sp))
+    gens = backend.generate("shared", backend_requests(tok, ["x y"] * 600, sp))
     first = torch.tensor([g.token_ids[0] for g in gens])
     probs = {}
     for g in gens:
@@ -120,7 +96,7 @@ def test_greedy_batch_equals_one_by_one_and_chunking(tiny_arch, kind):
     """Padding, prompts of 1 token and chunking do not change what is generated."""
     model, tok = tiny_arch
     sp = SamplingParams(temperature=0, max_new_tokens=8)
-    reqs = _requests(tok, ["a", "a much longer prompt here", "mid size", "b"], sp)
+    reqs = backend_requests(tok, ["a", "a much longer prompt here", "mid size", "b"], sp)
     together = make_backend(kind, PolicySet.shared(model, tok)).generate("shared", reqs)
     chunked_backend = make_backend(kind, PolicySet.shared(model, tok), max_batch_size=2)
     chunked = chunked_backend.generate("shared", reqs)
@@ -136,7 +112,7 @@ def test_greedy_agrees_with_hf_token_for_token(tiny_arch, kind):
     model, tok = tiny_arch
     sp = SamplingParams(temperature=0, max_new_tokens=16)
     texts = [f"Question {i}: what is {i} + {2 * i}? Answer briefly." for i in range(12)] + PROMPTS
-    reqs = _requests(tok, texts, sp)
+    reqs = backend_requests(tok, texts, sp)
     ref = HFGenerateBackend(PolicySet.shared(model, tok)).generate("shared", reqs)
     got = make_backend(kind, PolicySet.shared(model, tok)).generate("shared", reqs)
     assert [g.token_ids for g in got] == [g.token_ids for g in ref]
@@ -151,7 +127,7 @@ def test_stop_strings_end_the_response_after_the_completing_token(tiny_arch, kin
     it (kept), with stop_reason "stop"; a stop string never produced changes nothing."""
     model, tok = tiny_arch
     plain_sp = SamplingParams(temperature=0, max_new_tokens=12)
-    reqs = _requests(tok, PROMPTS, plain_sp)
+    reqs = backend_requests(tok, PROMPTS, plain_sp)
     backend = make_backend(kind, PolicySet.shared(model, tok))
     plain = backend.generate("shared", reqs)
     # a stop string taken from the middle of the first greedy response
@@ -159,7 +135,7 @@ def test_stop_strings_end_the_response_after_the_completing_token(tiny_arch, kin
     text = tok.decode(ids, skip_special_tokens=True)
     stop = text[4:6]
     stop_sp = plain_sp.replace(stop=(stop, "never-produced-string"))
-    cut = backend.generate("shared", _requests(tok, PROMPTS, stop_sp))
+    cut = backend.generate("shared", backend_requests(tok, PROMPTS, stop_sp))
     for full, g in zip(plain, cut):
         full_text = tok.decode(full.token_ids, skip_special_tokens=True)
         if stop in full_text:
@@ -181,7 +157,7 @@ def test_eos_is_kept_last_and_length_has_no_eos(kind):
     backend = make_backend(kind, PolicySet.shared(model, tok))
     sp = SamplingParams(temperature=1.0, max_new_tokens=48)
     torch.manual_seed(0)
-    gens = backend.generate("shared", _requests(tok, [f"prompt {i}" for i in range(60)], sp))
+    gens = backend.generate("shared", backend_requests(tok, [f"prompt {i}" for i in range(60)], sp))
     reasons = {g.stop_reason for g in gens}
     assert reasons == {"eos", "length"}
     for g in gens:
@@ -196,7 +172,7 @@ def test_eos_is_kept_last_and_length_has_no_eos(kind):
 def test_identical_greedy_requests_share_one_row(kind):
     model, tok = build_tiny_model(seed=0)
     sp = SamplingParams(temperature=0, max_new_tokens=6)
-    reqs = _requests(tok, ["same", "other", "same", "same"], sp)
+    reqs = backend_requests(tok, ["same", "other", "same", "same"], sp)
     backend = make_backend(kind, PolicySet.shared(model, tok))
     gens = backend.generate("shared", reqs)
     assert gens[0].token_ids == gens[2].token_ids == gens[3].token_ids
@@ -209,7 +185,7 @@ def test_identical_greedy_requests_share_one_row(kind):
 def test_requests_of_another_policy_are_refused(kind):
     model, tok = build_tiny_model(seed=0)
     backend = make_backend(kind, PolicySet.shared(model, tok))
-    reqs = _requests(tok, ["x"], SamplingParams(max_new_tokens=2), policy="other")
+    reqs = backend_requests(tok, ["x"], SamplingParams(max_new_tokens=2), policy="other")
     with pytest.raises(ValueError, match="names policy 'other'"):
         backend.generate("shared", reqs)
 
@@ -230,7 +206,7 @@ def test_separate_models_per_role(kind):
     assert runner.backend.stats.calls_by_policy == {"solver_model": 1, "agg_model": 1}
     for s, model in ((ep.transitions[0], m1), (ep.transitions[1], m2)):
         m = s.members[0]
-        ref = _reference_logprobs(model, m.prompt_ids, m.response_ids, SamplingParams(temperature=0))
+        ref = reference_logprobs(model, m.prompt_ids, m.response_ids, SamplingParams(temperature=0))
         torch.testing.assert_close(torch.tensor(m.sampling_logprobs), ref, atol=1e-4, rtol=1e-4)
 
 
@@ -246,12 +222,12 @@ def test_lora_adapter_per_role(kind):
     flags = {n: p.requires_grad for n, p in model.named_parameters()}
     sp = SamplingParams(temperature=0, max_new_tokens=6)
     backend = make_backend(kind, policies)
-    prompt = _requests(tok, ["What is 3 + 4?"], sp, policy="solver")[0].prompt_ids
+    prompt = backend_requests(tok, ["What is 3 + 4?"], sp, policy="solver")[0].prompt_ids
     out = {}
     for name in ("solver", "judge", "solver"):
         (g,) = backend.generate(name, [GenerationRequest("a", name, (), prompt, sp)])
         model.set_adapter(name)
-        ref = _reference_logprobs(model, prompt, g.token_ids, sp)
+        ref = reference_logprobs(model, prompt, g.token_ids, sp)
         model.set_adapter("solver")
         for n, p in model.named_parameters():
             p.requires_grad_(flags[n])
@@ -280,7 +256,7 @@ def test_generation_follows_in_place_weight_updates(kind, layout):
     live = policies["shared"].model
     backend = make_backend(kind, policies)
     sp = SamplingParams(temperature=0, max_new_tokens=10)
-    reqs = _requests(tok, PROMPTS, sp)
+    reqs = backend_requests(tok, PROMPTS, sp)
     before = backend.generate("shared", reqs)
     params = [p for p in live.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=0.05)
@@ -350,5 +326,5 @@ def test_same_seed_same_samples(kind):
     for _ in range(2):
         torch.manual_seed(5)
         backend = make_backend(kind, PolicySet.shared(model, tok))
-        runs.append([g.token_ids for g in backend.generate("shared", _requests(tok, PROMPTS, sp))])
+        runs.append([g.token_ids for g in backend.generate("shared", backend_requests(tok, PROMPTS, sp))])
     assert runs[0] == runs[1]

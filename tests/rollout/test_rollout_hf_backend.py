@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rollout_helpers import make_agents, make_tasks, tiny, tok
+from rollout_helpers import backend_requests, make_agents, make_tasks, reference_logprobs, tiny, tok
 
 from srpo.batch import build_flat_batch
 from srpo.models import build_tiny_model
@@ -22,30 +22,6 @@ from srpo.tasks.math import MathReward
 from srpo.workflows import build_workflow, list_workflows
 
 
-def _requests(tok, texts, sampling, policy="shared"):
-    return [
-        GenerationRequest("a", policy, (), tuple(tok(t, add_special_tokens=False)["input_ids"]), sampling)
-        for t in texts
-    ]
-
-
-def _reference_logprobs(model, prompt, response, sampling):
-    """log-softmax of the processed logits (temperature, top-k, top-p), by hand."""
-    ids = torch.tensor([list(prompt) + list(response)])
-    with torch.no_grad():
-        z = model(ids).logits[0, len(prompt) - 1 : -1].float()
-    if sampling.temperature > 0:
-        z = z / sampling.temperature
-    if sampling.top_k:
-        kth = z.topk(sampling.top_k, dim=-1).values[:, -1:]
-        z = z.masked_fill(z < kth, float("-inf"))
-    if sampling.top_p < 1:
-        sorted_z, order = z.sort(dim=-1)  # ascending, as HF's TopPLogitsWarper
-        cum = sorted_z.softmax(-1).cumsum(-1)
-        drop = cum <= 1 - sampling.top_p
-        drop[:, -1] = False
-        z = z.masked_fill(drop.scatter(1, order, drop), float("-inf"))
-    return z.log_softmax(-1).gather(1, torch.tensor(response)[:, None])[:, 0]
 
 
 @pytest.mark.parametrize(
@@ -60,13 +36,13 @@ def _reference_logprobs(model, prompt, response, sampling):
 def test_sampling_logprobs_are_those_sampled_from(tiny, sampling, sampler):
     model, tok = tiny
     backend = HFGenerateBackend(PolicySet.shared(model, tok), sampler=sampler)
-    reqs = _requests(tok, ["Hello there, agent.", "Hi", "What is 2 + 2?"], sampling)
+    reqs = backend_requests(tok, ["Hello there, agent.", "Hi", "What is 2 + 2?"], sampling)
     torch.manual_seed(0)
     gens = backend.generate("shared", reqs)
     for r, g in zip(reqs, gens):
         assert 1 <= len(g.token_ids) <= 10 and len(g.logprobs) == len(g.token_ids)
         assert (g.stop_reason == "eos") == (g.token_ids[-1] == tok.eos_token_id)
-        ref = _reference_logprobs(model, r.prompt_ids, g.token_ids, sampling)
+        ref = reference_logprobs(model, r.prompt_ids, g.token_ids, sampling)
         torch.testing.assert_close(torch.tensor(g.logprobs), ref, atol=1e-4, rtol=1e-4)
 
 
@@ -74,7 +50,7 @@ def test_greedy_batch_equals_one_by_one_and_chunking(tiny):
     """Left padding and chunking do not change what is generated."""
     model, tok = tiny
     sp = SamplingParams(temperature=0, max_new_tokens=8)
-    reqs = _requests(tok, ["a", "a much longer prompt here", "mid size"], sp)
+    reqs = backend_requests(tok, ["a", "a much longer prompt here", "mid size"], sp)
     together = HFGenerateBackend(PolicySet.shared(model, tok)).generate("shared", reqs)
     chunked_backend = HFGenerateBackend(PolicySet.shared(model, tok), max_batch_size=2)
     chunked = chunked_backend.generate("shared", reqs)
@@ -131,7 +107,7 @@ def test_separate_models_per_role(tok):
     # each member's sampling log-probs come from its own model
     for s, model in ((ep.transitions[0], m1), (ep.transitions[1], m2)):
         m = s.members[0]
-        ref = _reference_logprobs(model, m.prompt_ids, m.response_ids, SamplingParams(temperature=0))
+        ref = reference_logprobs(model, m.prompt_ids, m.response_ids, SamplingParams(temperature=0))
         torch.testing.assert_close(torch.tensor(m.sampling_logprobs), ref, atol=1e-4, rtol=1e-4)
     with pytest.raises(ValueError, match="distinct model objects"):
         PolicySet.separate({"a": (m1, t1), "b": (m1, t1)})
@@ -146,13 +122,13 @@ def test_lora_adapter_per_role_switches_and_restores_flags(tok):
     flags_before = {n: p.requires_grad for n, p in model.named_parameters()}
     sp = SamplingParams(temperature=0, max_new_tokens=6)
     backend = HFGenerateBackend(policies)
-    prompt = _requests(tok, ["What is 3 + 4?"], sp, policy="solver")[0]
+    prompt = backend_requests(tok, ["What is 3 + 4?"], sp, policy="solver")[0]
     out = {}
     for name in ("solver", "judge", "solver"):
         req = GenerationRequest("a", name, (), prompt.prompt_ids, sp)
         (g,) = backend.generate(name, [req])
         model.set_adapter(name)  # reference under the same adapter
-        ref = _reference_logprobs(model, req.prompt_ids, g.token_ids, sp)
+        ref = reference_logprobs(model, req.prompt_ids, g.token_ids, sp)
         torch.testing.assert_close(torch.tensor(g.logprobs), ref, atol=1e-4, rtol=1e-4)
         out.setdefault(name, g.logprobs)
     assert out["solver"] != out["judge"]  # random adapters: different policies
@@ -214,7 +190,7 @@ def test_identical_greedy_requests_are_generated_once(tiny):
     """n debaters with one role at evaluation send identical greedy prompts: one row each."""
     model, tok = tiny
     sp = SamplingParams(temperature=0, max_new_tokens=6)
-    reqs = _requests(tok, ["same", "other", "same", "same"], sp)
+    reqs = backend_requests(tok, ["same", "other", "same", "same"], sp)
     backend = HFGenerateBackend(PolicySet.shared(model, tok))
     rows_seen = []
     original = backend._generate_batch
@@ -232,7 +208,7 @@ def test_identical_greedy_requests_are_generated_once(tiny):
     assert gens[1].token_ids == alone.token_ids
     # sampled requests are never merged
     rows_seen.clear()
-    backend.generate("shared", _requests(tok, ["same", "same"], SamplingParams(temperature=1.0, max_new_tokens=4)))
+    backend.generate("shared", backend_requests(tok, ["same", "same"], SamplingParams(temperature=1.0, max_new_tokens=4)))
     assert rows_seen == [2]
 
 
@@ -252,10 +228,10 @@ def test_generation_runs_in_eval_mode_and_restores_the_callers_mode(tiny):
         sp = SamplingParams(temperature=0, max_new_tokens=4)
         backend = HFGenerateBackend(PolicySet.shared(model, tok))
         model.train()
-        backend.generate("shared", _requests(tok, ["a b"], sp))
+        backend.generate("shared", backend_requests(tok, ["a b"], sp))
         assert seen_modes == [False] and model.training is True
         model.eval()
-        backend.generate("shared", _requests(tok, ["c d"], sp))
+        backend.generate("shared", backend_requests(tok, ["c d"], sp))
         assert seen_modes == [False, False] and model.training is False
     finally:
         del model.generate
@@ -266,7 +242,7 @@ def test_a_model_folders_repetition_penalty_does_not_change_what_is_sampled(tiny
     model's generation_config (Qwen2.5 ships one) must not leak into generate."""
     model, tok = tiny
     sp = SamplingParams(temperature=0, max_new_tokens=10)
-    reqs = _requests(tok, ["a a a a", "b b b"], sp)
+    reqs = backend_requests(tok, ["a a a a", "b b b"], sp)
     plain = HFGenerateBackend(PolicySet.shared(model, tok)).generate("shared", reqs)
     saved = model.generation_config.repetition_penalty
     model.generation_config.repetition_penalty = 5.0
