@@ -184,7 +184,8 @@ def build_backend(cfg: Config, policies: PolicySet) -> Any:
                                   intra_threads=r.ct2_threads, max_batch_size=r.max_batch_size,
                                   record_logprobs=r.record_logprobs)
     return HFGenerateBackend(policies, max_batch_size=r.max_batch_size,
-                             record_logprobs=r.record_logprobs, sampler=r.sampler)
+                             record_logprobs=r.record_logprobs, sampler=r.sampler,
+                             share_prefill=r.share_prefill)
 
 
 def build_rollout(cfg: Config, *, workflow: str | None = None,

@@ -280,6 +280,11 @@ class RolloutConfig(_Section):
     # refused in training; for srpo rollout / srpo eval)
     ct2_compute_type: str = "float32"
     ct2_threads: int | None = None  # CTranslate2 CPU threads (None = torch's thread count)
+    # hf: prefill each distinct prompt of a generate batch once and copy its KV cache to the rows
+    # that repeat it (G rollouts of a task, debaters of one role). Same tokens and log-probs up to
+    # float rounding; off by default until the LLM off-policy study, which runs without it, is
+    # complete (docs/training.md); the default job turns it on
+    share_prefill: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -290,6 +295,8 @@ class RolloutConfig(_Section):
         one_of("rollout.ct2_compute_type", self.ct2_compute_type, ("float32", "int8"))
         if self.ct2_threads is not None:
             positive("rollout.ct2_threads", self.ct2_threads)
+        if self.share_prefill and self.backend != "hf":
+            raise ConfigError(f"rollout.share_prefill is a setting of the hf backend; rollout.backend is {self.backend!r}")
         return self
 
 

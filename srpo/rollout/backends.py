@@ -79,6 +79,7 @@ class BackendStats:
     requests: int = 0
     generated_tokens: int = 0
     seconds: float = 0.0
+    prefill_rows_shared: int = 0  # prompt rows whose prefill was copied from an identical row's
     calls_by_policy: dict[str, int] = field(default_factory=dict)
 
     def add_call(self, policy: str, n_requests: int) -> None:
@@ -221,6 +222,45 @@ class _InverseCdfSampler(LogitsProcessor):
         return forced.scatter_(1, token, 0.0)
 
 
+def prefill_shared_prompts(
+    model: Any, input_ids: torch.Tensor, attention: torch.Tensor
+) -> tuple[dict[str, Any], int] | None:
+    """The KV cache of a left-padded batch's prompts, computed once per distinct prompt.
+
+    input_ids, attention: [B, W] left-padded prompt rows (rows may repeat: G rollouts of one
+    task share its prompt). Runs the model once over the distinct rows' first W - 1 columns and
+    copies each one's cache to the rows that repeat it, so `generate` then feeds only the last
+    prompt column (and computes the first step's scores itself, as without a cache). Rows hold
+    exactly what a per-row prefill would give them (the same padding, positions and mask), up
+    to float rounding of a smaller matmul. Returns ({generate's cache keyword: the cache},
+    distinct rows), or None when no row repeats or the prompts are one column wide.
+
+    Measured on SmolLM2-135M, 2 threads: the prefill of a 33-token prompt is 16% of generating 24
+    tokens for 4 rows and 47% for 72 rows (the default job's round: 6 distinct prompts).
+    """
+    rows, width = input_ids.shape
+    index: dict[tuple[int, ...], int] = {}  # prompt -> its distinct number
+    distinct: list[int] = []  # [U] the first row of each distinct prompt
+    source: list[int] = []  # [B] row -> distinct number
+    for row, key in enumerate(map(tuple, input_ids.tolist())):
+        if key not in index:
+            index[key] = len(distinct)
+            distinct.append(row)
+        source.append(index[key])
+    if len(distinct) == rows or width < 2:
+        return None
+    ids, mask = input_ids[distinct, :-1], attention[distinct, :-1]  # [U, W-1]
+    # the positions generate gives a left-padded row: count of real tokens before it, pads at 0
+    positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+    # transformers 5.x names the cache `cache` (in outputs and generate's keywords); 4.x names
+    # it `past_key_values`: read the name off the output and hand it back under that name
+    name = "cache" if "cache" in out else "past_key_values"
+    cache = out[name]
+    cache.batch_select_indices(torch.tensor(source, device=input_ids.device))  # [U, ...] -> [B, ...]
+    return {name: cache}, len(distinct)
+
+
 class HFGenerateBackend:
     """transformers `model.generate`, batching every request of one policy.
 
@@ -249,6 +289,7 @@ class HFGenerateBackend:
         max_batch_size: int | None = None,
         record_logprobs: bool = True,
         sampler: str = "inverse_cdf",
+        share_prefill: bool = False,
     ):
         if max_batch_size is not None and max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1 or None, got {max_batch_size}")
@@ -261,6 +302,7 @@ class HFGenerateBackend:
         if sampler not in ("inverse_cdf", "multinomial"):
             raise ValueError(f"sampler must be 'inverse_cdf' or 'multinomial', got {sampler!r}")
         self.sampler = sampler
+        self.share_prefill = share_prefill
         self.stats = BackendStats()
 
     def generate(self, policy: str, requests: Sequence[GenerationRequest]) -> list[Generation]:
@@ -351,12 +393,17 @@ class HFGenerateBackend:
         model.eval()
         try:
             with torch.inference_mode():
+                input_ids, attention = input_ids.to(device), attention.to(device)
+                shared = prefill_shared_prompts(model, input_ids, attention) if self.share_prefill else None
+                if shared is not None:
+                    self.stats.prefill_rows_shared += len(prompts) - shared[1]
                 sequences = model.generate(
-                    input_ids=input_ids.to(device),
-                    attention_mask=attention.to(device),
+                    input_ids=input_ids,
+                    attention_mask=attention,
                     generation_config=config,
                     logits_processor=processors,
                     stopping_criteria=stopping,
+                    **(shared[0] if shared is not None else {}),
                 )
         finally:
             model.train(was_training)
