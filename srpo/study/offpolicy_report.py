@@ -1,0 +1,379 @@
+"""The preregistered tests of the LLM off-policy study (docs/results.md, "LLM off-policy study").
+
+    python -m srpo.study.offpolicy_report [--math SPEC] [--search SPEC] [--out DIR]
+
+reads the finished cells of benchmarks/studies/llm_offpolicy_math.yaml and
+llm_offpolicy_search.yaml and writes DIR/analysis.md and DIR/analysis.json (default DIR:
+results/llm-offpolicy): L1-L5 exactly as preregistered, each with its verdict, and the secondary
+numbers. A hypothesis whose cells are not all finished is reported as "not run yet" with the
+count it has, never tested on part of its seeds.
+
+Tests (fixed before any run):
+- L1: per (setting, seed) the held-out accuracy of SRPO minus the baseline's (r4 level, 3 math
+  settings x 5 seeds = 15 pairs); exact two-sided sign-flip permutation test on their mean (all
+  2^15 sign vectors), per baseline (GRPO, GSPO, MAGRPO), Holm over the three, alpha 0.05.
+- L2: degraded runs of 15 at the stress level; one-sided Fisher exact (SRPO degrades more) per
+  baseline (GRPO, MAGRPO), Holm over the two; refuted if either is significant the other way.
+- L3: search-credit, per seed held-out EM of SRPO minus MAGRPO (10 pairs), exact sign-flip test.
+- L4: per run, the share of training steps whose logged clip fraction is > 0; supported if every
+  method's median run is >= 0.9. (The log has one row per training step, which averages its 4
+  optimizer steps; a step counts when any of them clipped: the first of the 4 is on-policy and
+  cannot clip.)
+- L5: set-ratio log-std and gradient norm by set size in math-mixed and math-routed: reported.
+
+A run is degraded if a logged loss, reward or gradient norm is not finite, or its held-out
+accuracy is below the base model's on the same problems with a two-sided McNemar p < 0.05. A
+run that raised leaves no result: it shows as a missing cell, and the report lists those.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from srpo.study.mechanism_report import holm
+from srpo.study.report import StudyRuns, load_runs
+from srpo.study.spec import load_spec
+from srpo.train.stats import paired_comparison
+
+MATH_SETTINGS = ("math-mixed", "math-routed", "math-parallel4")
+L1_BASELINES = ("grpo", "gspo", "magrpo")
+L2_BASELINES = ("grpo", "magrpo")
+STRESS = "_s"  # the stress level's method suffix (lr 8e-4)
+ALPHA = 0.05
+
+
+# ----------------------------------------------------------------- tests
+
+
+def sign_flip_p(diffs: Sequence[float]) -> float:
+    """Exact two-sided sign-flip permutation p-value of mean(diffs) against 0: the share of the
+    2^n sign vectors whose |mean| is at least the observed |mean| (ties count, 1e-12)."""
+    n = len(diffs)
+    if n == 0:
+        raise ValueError("sign_flip_p needs at least one difference")
+    if n > 20:
+        raise ValueError(f"exact sign-flip test over 2^{n} vectors: too many ({n} > 20)")
+    observed = abs(sum(diffs))
+    hits = sum(1 for signs in itertools.product((1, -1), repeat=n)
+               if abs(sum(s * d for s, d in zip(signs, diffs))) >= observed - 1e-12)
+    return hits / 2**n
+
+
+def fisher_one_sided(a_bad: int, a_n: int, b_bad: int, b_n: int, *, a_more: bool) -> float:
+    """One-sided Fisher exact p: A has more (a_more) / fewer bad runs than B."""
+    from scipy.stats import fisher_exact
+
+    table = [[a_bad, a_n - a_bad], [b_bad, b_n - b_bad]]
+    return float(fisher_exact(table, alternative="greater" if a_more else "less")[1])
+
+
+def _finite(rows: list[dict[str, Any]], key_of) -> bool:
+    for row in rows:
+        for k, v in row.items():
+            if key_of(k) and isinstance(v, (int, float)) and not math.isfinite(v):
+                return False
+    return True
+
+
+def degraded(result: dict[str, Any], rows: list[dict[str, Any]], base: dict[str, Any]) -> tuple[bool, str]:
+    """(degraded?, why) by the preregistered definition."""
+    if not _finite(rows, lambda k: k in ("loss", "reward/mean") or k.startswith("grad_norm")):
+        return True, "non-finite loss, reward or gradient norm"
+    if result["task_ids"] != base["task_ids"]:
+        raise ValueError(f"{result['setting']}/{result['method']}/seed{result['seed']}: evaluated on other "
+                         "problems than the base model")
+    c = paired_comparison(base["correct"], result["correct"])
+    if c.diff.estimate < 0 and c.p_value < ALPHA:
+        return True, f"held-out {100 * c.diff.estimate:+.1f} points vs base, McNemar p = {c.p_value:.3g}"
+    return False, ""
+
+
+# ----------------------------------------------------------------- cells
+
+
+class Cells:
+    """The finished cells of one study, keyed (setting, method, seed); base cells as 'base'."""
+
+    def __init__(self, runs: StudyRuns, planned: Sequence[tuple[str, str, int]]):
+        self.results = {(c.setting, c.method or "base", c.seed): r for c, r, _ in runs.done}
+        self.rows = {(c.setting, c.method or "base", c.seed): [row for row in rows if "loss" in row]
+                     for c, _, rows in runs.done}
+        self.missing = ["/".join(map(str, k)) for k in planned if k not in self.results]
+
+    def complete(self, keys: Sequence[tuple[str, str, int]]) -> bool:
+        return all(k in self.results for k in keys)
+
+    def accuracy(self, key: tuple[str, str, int]) -> float:
+        return self.results[key]["accuracy"]
+
+
+def _planned(spec) -> list[tuple[str, str, int]]:
+    keys = [(s.name, m.name, seed) for s in spec.settings for m in spec.methods for seed in spec.seeds]
+    if spec.base_eval:
+        keys += [(s.name, "base", seed) for s in spec.settings for seed in spec.seeds]
+    return keys
+
+
+def _not_run(keys: Sequence[tuple[str, str, int]], cells: Cells) -> dict[str, Any]:
+    have = sum(k in cells.results for k in keys)
+    return {"verdict": "not run yet", "cells": f"{have} of {len(keys)} finished"}
+
+
+# ----------------------------------------------------------------- hypotheses
+
+
+def l1(cells: Cells, seeds: Sequence[int]) -> dict[str, Any]:
+    keys = [(s, m, seed) for s in MATH_SETTINGS for m in ("srpo", *L1_BASELINES) for seed in seeds]
+    if not cells.complete(keys):
+        return _not_run(keys, cells)
+    out: dict[str, Any] = {"comparisons": {}}
+    ps = []
+    for b in L1_BASELINES:
+        diffs = [cells.accuracy((s, "srpo", seed)) - cells.accuracy((s, b, seed)) for s in MATH_SETTINGS for seed in seeds]
+        p = sign_flip_p(diffs)
+        ps.append(p)
+        out["comparisons"][b] = {"pairs": len(diffs), "mean_diff": statistics.fmean(diffs), "p": p,
+                                 "srpo_higher_pairs": sum(d > 0 for d in diffs), "ties": sum(d == 0 for d in diffs),
+                                 "diffs": diffs}
+    for b, p in zip(L1_BASELINES, holm(ps)):
+        out["comparisons"][b]["p_holm"] = p
+    sig = {b: c["p_holm"] < ALPHA for b, c in out["comparisons"].items()}
+    higher = {b: c["mean_diff"] > 0 for b, c in out["comparisons"].items()}
+    if any(sig[b] and not higher[b] for b in L1_BASELINES):
+        out["verdict"] = "refuted"
+    elif all(sig[b] and higher[b] for b in L1_BASELINES):
+        out["verdict"] = "supported"
+    else:
+        out["verdict"] = "undecided"
+    return out
+
+
+def l2(cells: Cells, seeds: Sequence[int]) -> dict[str, Any]:
+    methods = ("srpo" + STRESS, *(b + STRESS for b in L2_BASELINES))
+    keys = [(s, m, seed) for s in MATH_SETTINGS for m in (*methods, "base") for seed in seeds]
+    if not cells.complete(keys):
+        return _not_run(keys, cells)
+    counts: dict[str, dict[str, Any]] = {}
+    for m in methods:
+        why = {}
+        for s in MATH_SETTINGS:
+            for seed in seeds:
+                bad, reason = degraded(cells.results[(s, m, seed)], cells.rows[(s, m, seed)],
+                                       cells.results[(s, "base", seed)])
+                if bad:
+                    why[f"{s}/seed{seed}"] = reason
+        counts[m] = {"degraded": len(why), "runs": len(MATH_SETTINGS) * len(seeds), "which": why}
+    out: dict[str, Any] = {"counts": counts, "comparisons": {}}
+    srpo = counts["srpo" + STRESS]
+    more, fewer = [], []
+    for b in L2_BASELINES:
+        o = counts[b + STRESS]
+        more.append(fisher_one_sided(srpo["degraded"], srpo["runs"], o["degraded"], o["runs"], a_more=True))
+        fewer.append(fisher_one_sided(srpo["degraded"], srpo["runs"], o["degraded"], o["runs"], a_more=False))
+    for b, pm, pf in zip(L2_BASELINES, holm(more), holm(fewer)):
+        out["comparisons"][b] = {"p_srpo_more_holm": pm, "p_srpo_fewer_holm": pf}
+    if any(c["p_srpo_fewer_holm"] < ALPHA for c in out["comparisons"].values()):
+        out["verdict"] = "refuted"
+    elif all(c["p_srpo_more_holm"] < ALPHA for c in out["comparisons"].values()):
+        out["verdict"] = "supported"
+    else:
+        out["verdict"] = "undecided"
+    return out
+
+
+def l3(cells: Cells | None, seeds: Sequence[int], setting: str = "search-credit") -> dict[str, Any]:
+    if cells is None:
+        return {"verdict": "not run yet", "cells": "search spec not given"}
+    keys = [(setting, m, seed) for m in ("srpo", "magrpo") for seed in seeds]
+    if not cells.complete(keys):
+        return _not_run(keys, cells)
+    diffs = [cells.accuracy((setting, "srpo", seed)) - cells.accuracy((setting, "magrpo", seed)) for seed in seeds]
+    p = sign_flip_p(diffs)
+    mean_diff = statistics.fmean(diffs)
+    verdict = "undecided" if p >= ALPHA else ("supported" if mean_diff > 0 else "refuted")
+    return {"pairs": len(diffs), "mean_diff": mean_diff, "p": p, "diffs": diffs, "verdict": verdict}
+
+
+def clip_active_share(rows: list[dict[str, Any]]) -> float:
+    """Share of a run's training steps whose logged clip fraction is > 0."""
+    fracs = [r["clip/all/frac"] for r in rows if "clip/all/frac" in r]
+    if not fracs:
+        raise ValueError("a run without clip/all/frac rows")
+    return sum(f > 0 for f in fracs) / len(fracs)
+
+
+def l4(studies: Sequence[tuple[Cells, Any]]) -> dict[str, Any]:
+    """Every r4 method of both studies: the median run's share of steps with clipping."""
+    per_method: dict[str, list[float]] = {}
+    planned = 0
+    for cells, spec in studies:
+        for s in spec.settings:
+            for m in spec.methods:
+                if m.name.endswith(STRESS):
+                    continue
+                for seed in spec.seeds:
+                    planned += 1
+                    key = (s.name, m.name, seed)
+                    if key in cells.rows:
+                        per_method.setdefault(m.name, []).append(clip_active_share(cells.rows[key]))
+    done = sum(len(v) for v in per_method.values())
+    if done < planned:
+        return {"verdict": "not run yet", "cells": f"{done} of {planned} finished"}
+    medians = {m: statistics.median(v) for m, v in per_method.items()}
+    return {"median_share": medians, "runs": {m: len(v) for m, v in per_method.items()},
+            "verdict": "supported" if all(v >= 0.9 for v in medians.values()) else "refuted"}
+
+
+def l5(cells: Cells, spec, settings: Sequence[str] = ("math-mixed", "math-routed")) -> dict[str, Any]:
+    """Mean over a method's runs and steps of set_ratio/k{k}/log_std and of the gradient norm
+    (the mean of a step's grad_norm/<policy> values), per set size (grad norm: whole step)."""
+    out: dict[str, Any] = {}
+    for s in settings:
+        for m in spec.methods:
+            rows = [row for seed in spec.seeds for row in cells.rows.get((s, m.name, seed), [])]
+            if not rows:
+                continue
+            by_k: dict[int, list[float]] = {}
+            for row in rows:
+                for key, v in row.items():
+                    parts = key.split("/")
+                    if len(parts) == 3 and parts[0] == "set_ratio" and parts[2] == "log_std" and parts[1].startswith("k"):
+                        by_k.setdefault(int(parts[1][1:]), []).append(v)
+            norms = [statistics.fmean(v for k, v in row.items() if k.startswith("grad_norm/")) for row in rows
+                     if any(k.startswith("grad_norm/") for k in row)]
+            out.setdefault(s, {})[m.name] = {
+                "set_ratio_log_std": {k: statistics.fmean(v) for k, v in sorted(by_k.items())},
+                "grad_norm": statistics.fmean(norms) if norms else None,
+                "steps": len(rows),
+            }
+    return out
+
+
+def secondary(cells: Cells, spec) -> dict[str, Any]:
+    """Per (setting, method): held-out accuracy (mean over seeds), McNemar against the base model
+    pooled over seeds, final training reward (mean of the last 3 steps), clip fraction, approx KL,
+    entropy and degenerate-group share (means over steps and seeds)."""
+    out: dict[str, Any] = {}
+    for s in spec.settings:
+        for m in ["base"] + [m.name for m in spec.methods]:
+            keys = [(s.name, m, seed) for seed in spec.seeds if (s.name, m, seed) in cells.results]
+            if not keys:
+                continue
+            row: dict[str, Any] = {"runs": len(keys), "accuracy": statistics.fmean(cells.accuracy(k) for k in keys)}
+            if m != "base":
+                pairs = [k for k in keys if (s.name, "base", k[2]) in cells.results]
+                if pairs:
+                    before = [x for k in pairs for x in cells.results[(s.name, "base", k[2])]["correct"]]
+                    after = [x for k in pairs for x in cells.results[k]["correct"]]
+                    c = paired_comparison(before, after)
+                    row["vs_base"] = {"diff": c.diff.estimate, "low": c.diff.low, "high": c.diff.high, "p": c.p_value}
+                steps = [r for k in keys for r in cells.rows[k]]
+                final = [statistics.fmean(r["reward/mean"] for r in cells.rows[k][-3:]) for k in keys if cells.rows[k]]
+                row["final_reward"] = statistics.fmean(final) if final else None
+                for name, key in (("clip_frac", "clip/all/frac"), ("approx_kl", "approx_kl"), ("entropy", "entropy"),
+                                  ("degenerate_share", "adv/degenerate_share")):
+                    vals = [r[key] for r in steps if key in r]
+                    row[name] = statistics.fmean(vals) if vals else None
+            out.setdefault(s.name, {})[m] = row
+    return out
+
+
+# ----------------------------------------------------------------- report
+
+
+def analyze(math_spec_path: str | Path, search_spec_path: str | Path | None) -> dict[str, Any]:
+    math_spec = load_spec(math_spec_path)
+    math_cells = Cells(load_runs(math_spec), _planned(math_spec))
+    search_spec = load_spec(search_spec_path) if search_spec_path else None
+    search_cells = Cells(load_runs(search_spec), _planned(search_spec)) if search_spec else None
+    studies = [(math_cells, math_spec)] + ([(search_cells, search_spec)] if search_spec else [])
+    return {
+        "L1": l1(math_cells, math_spec.seeds),
+        "L2": l2(math_cells, math_spec.seeds),
+        "L3": l3(search_cells, search_spec.seeds if search_spec else []),
+        "L4": l4(studies),
+        "L5": l5(math_cells, math_spec),
+        "secondary": {"math": secondary(math_cells, math_spec),
+                      **({"search": secondary(search_cells, search_spec)} if search_spec else {})},
+        "missing": {"math": math_cells.missing, **({"search": search_cells.missing} if search_cells else {})},
+    }
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+.1f}"
+
+
+def markdown(a: dict[str, Any]) -> str:
+    lines = ["# LLM off-policy study: the preregistered tests", "",
+             "Generated by `python -m srpo.study.offpolicy_report` from the cells under results/llm-offpolicy/.", "",
+             "| hypothesis | verdict | numbers |", "|---|---|---|"]
+    h = a["L1"]
+    if "comparisons" in h:
+        nums = "; ".join(f"vs {b}: mean {_pct(c['mean_diff'])} points, SRPO higher in {c['srpo_higher_pairs']}/"
+                         f"{c['pairs']} (ties {c['ties']}), p = {c['p']:.3g}, Holm {c['p_holm']:.3g}"
+                         for b, c in h["comparisons"].items())
+    else:
+        nums = h["cells"]
+    lines.append(f"| L1 SRPO gains more than GRPO, GSPO, MAGRPO (r4) | {h['verdict']} | {nums} |")
+    h = a["L2"]
+    if "counts" in h:
+        nums = "degraded of 15: " + ", ".join(f"{m} {c['degraded']}" for m, c in h["counts"].items()) + "; " + "; ".join(
+            f"vs {b}: Holm p(SRPO more) {c['p_srpo_more_holm']:.3g}, p(SRPO fewer) {c['p_srpo_fewer_holm']:.3g}"
+            for b, c in h["comparisons"].items())
+    else:
+        nums = h["cells"]
+    lines.append(f"| L2 SRPO degrades more often than GRPO, MAGRPO (s) | {h['verdict']} | {nums} |")
+    h = a["L3"]
+    nums = (f"mean {_pct(h['mean_diff'])} EM points over {h['pairs']} seeds, p = {h['p']:.3g}" if "p" in h else h["cells"])
+    lines.append(f"| L3 SRPO beats MAGRPO on search-credit (r4) | {h['verdict']} | {nums} |")
+    h = a["L4"]
+    nums = (", ".join(f"{m} {v:.2f}" for m, v in h["median_share"].items()) if "median_share" in h else h["cells"])
+    lines.append(f"| L4 reuse makes the clip act (median run's share of steps with clipping) | {h['verdict']} | {nums} |")
+    lines += ["", "## L5: set-ratio log-std by set size and gradient norm (exploratory)", "",
+              "| setting | method | set_ratio log-std by k | grad norm | steps |", "|---|---|---|---|---|"]
+    for s, per in a["L5"].items():
+        for m, v in per.items():
+            ks = ", ".join(f"k{k} {x:.4f}" for k, x in v["set_ratio_log_std"].items()) or "-"
+            gn = "-" if v["grad_norm"] is None else f"{v['grad_norm']:.3f}"
+            lines.append(f"| {s} | {m} | {ks} | {gn} | {v['steps']} |")
+    for study, per_setting in a["secondary"].items():
+        lines += ["", f"## Secondary ({study})", "",
+                  "| setting | method | runs | held-out | vs base (points, 95% CI, McNemar p) | final reward | clip frac | approx KL | entropy | degenerate share |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for s, per in per_setting.items():
+            for m, r in per.items():
+                vb = r.get("vs_base")
+                vs = f"{_pct(vb['diff'])} [{_pct(vb['low'])}, {_pct(vb['high'])}], p = {vb['p']:.3g}" if vb else "-"
+                cols = [f"{r[k]:.4g}" if r.get(k) is not None else "-" for k in
+                        ("final_reward", "clip_frac", "approx_kl", "entropy", "degenerate_share")]
+                lines.append(f"| {s} | {m} | {r['runs']} | {100 * r['accuracy']:.1f}% | {vs} | " + " | ".join(cols) + " |")
+    missing = {k: v for k, v in a["missing"].items() if v}
+    if missing:
+        lines += ["", "Cells not finished: " + "; ".join(f"{k}: {len(v)}" for k, v in missing.items())]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--math", default="benchmarks/studies/llm_offpolicy_math.yaml")
+    p.add_argument("--search", default="benchmarks/studies/llm_offpolicy_search.yaml")
+    p.add_argument("--out", default="results/llm-offpolicy")
+    args = p.parse_args(argv)
+    a = analyze(args.math, args.search or None)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "analysis.json").write_text(json.dumps(a, indent=1, default=str))
+    (out / "analysis.md").write_text(markdown(a))
+    print(markdown(a))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,122 @@
+"""The preregistered tests of the LLM off-policy study (srpo.study.offpolicy_report), on
+synthetic cells whose answers are computed by hand."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from srpo.study.offpolicy_report import (
+    Cells, clip_active_share, degraded, fisher_one_sided, l1, l2, l3, l4, sign_flip_p,
+)
+from srpo.study.report import StudyRuns
+
+SEEDS = (0, 1, 2, 3, 4)
+SETTINGS = ("math-mixed", "math-routed", "math-parallel4")
+N = 64
+
+
+def result(setting, method, seed, correct):
+    return {"setting": setting, "method": method, "seed": seed, "task_ids": [f"t{i}" for i in range(len(correct))],
+            "correct": list(correct), "accuracy": sum(correct) / len(correct)}
+
+
+def cells_from(accuracy_of, rows_of=lambda *k: [{"loss": 0.1, "reward/mean": 0.5, "grad_norm/shared": 1.0,
+                                                   "clip/all/frac": 0.1}],
+               settings=SETTINGS, methods=("srpo", "grpo", "gspo", "magrpo"), seeds=SEEDS):
+    """Cells whose run (setting, method, seed) got the first round(acc * N) problems right."""
+    done = []
+    for s in settings:
+        for m in (*methods, "base"):
+            for seed in seeds:
+                right = round(accuracy_of(s, m, seed) * N)
+                cell = SimpleNamespace(setting=s, method=None if m == "base" else m, seed=seed)
+                done.append((cell, result(s, m, seed, [True] * right + [False] * (N - right)), rows_of(s, m, seed)))
+    return Cells(StudyRuns(done, []), [])
+
+
+def test_sign_flip_p_by_hand():
+    assert sign_flip_p([1, 1, 1, 1, 1]) == 2 / 32  # only all-plus and all-minus reach |sum| 5
+    assert sign_flip_p([1, -1]) == 1.0  # observed sum 0: every vector ties or exceeds
+    # sums of +-0.5 +-0.25 +-0.25: 1, .5, .5, 0, 0, -.5, -.5, -1; |sum| >= 0.5 in 6 of 8
+    assert sign_flip_p([0.5, 0.25, -0.25]) == 6 / 8
+    with pytest.raises(ValueError):
+        sign_flip_p([])
+
+
+def test_fisher_one_sided_by_hand():
+    # [[3, 0], [0, 3]]: the only table as extreme with these margins: 1 / C(6, 3)
+    assert fisher_one_sided(3, 3, 0, 3, a_more=True) == pytest.approx(1 / 20)
+    assert fisher_one_sided(3, 3, 0, 3, a_more=False) == pytest.approx(1.0)
+
+
+def test_degraded_by_definition():
+    base = result("s", "base", 0, [True] * 32 + [False] * 32)
+    rows = [{"loss": 0.1, "reward/mean": 0.2, "grad_norm/a": 1.0}]
+    assert degraded(result("s", "m", 0, [True] * 32 + [False] * 32), rows, base) == (False, "")
+    bad, why = degraded(result("s", "m", 0, [True] * 32 + [False] * 32), [{"loss": math.nan}], base)
+    assert bad and "non-finite" in why
+    bad, _ = degraded(result("s", "m", 0, [True] * 32 + [False] * 32), [{"grad_norm/a": math.inf}], base)
+    assert bad
+    # 20 fewer right, none gained: McNemar p = 2 * 0.5^20 < 0.05
+    bad, why = degraded(result("s", "m", 0, [True] * 12 + [False] * 52), rows, base)
+    assert bad and "McNemar" in why
+    # a gain is never a degradation
+    assert not degraded(result("s", "m", 0, [True] * 60 + [False] * 4), rows, base)[0]
+    with pytest.raises(ValueError, match="other problems"):
+        degraded(result("s", "m", 0, [True] * 10), rows, base)
+
+
+def test_l1_supported_refuted_undecided():
+    higher = cells_from(lambda s, m, seed: 0.5 if m == "srpo" else 0.3)
+    out = l1(higher, SEEDS)
+    assert out["verdict"] == "supported"
+    for c in out["comparisons"].values():
+        assert c["p"] == 2 / 2**15 and c["p_holm"] == pytest.approx(3 * 2 / 2**15)
+        assert c["mean_diff"] == pytest.approx(round(0.5 * N) / N - round(0.3 * N) / N)
+    lower_vs_gspo = cells_from(lambda s, m, seed: {"srpo": 0.5, "gspo": 0.7}.get(m, 0.3))
+    assert l1(lower_vs_gspo, SEEDS)["verdict"] == "refuted"
+    tie = cells_from(lambda s, m, seed: 0.4)
+    out = l1(tie, SEEDS)
+    assert out["verdict"] == "undecided" and all(c["p"] == 1.0 for c in out["comparisons"].values())
+
+
+def test_l1_waits_for_every_cell():
+    partial = cells_from(lambda s, m, seed: 0.4, seeds=(0, 1))
+    assert l1(partial, SEEDS) == {"verdict": "not run yet", "cells": "24 of 60 finished"}
+
+
+def test_l2_counts_degraded_runs_and_tests_them():
+    nan_rows = [{"loss": math.nan, "reward/mean": 0.0}]
+    ok_rows = [{"loss": 0.1, "reward/mean": 0.5}]
+    # every SRPO stress run is non-finite, no baseline run is: SRPO degrades more (supported)
+    cells = cells_from(lambda s, m, seed: 0.4, rows_of=lambda s, m, seed: nan_rows if m == "srpo_s" else ok_rows,
+                       methods=("srpo_s", "grpo_s", "magrpo_s"))
+    out = l2(cells, SEEDS)
+    assert out["counts"]["srpo_s"]["degraded"] == 15 and out["counts"]["grpo_s"]["degraded"] == 0
+    assert out["verdict"] == "supported"
+    cells = cells_from(lambda s, m, seed: 0.4, rows_of=lambda s, m, seed: nan_rows if m == "grpo_s" else ok_rows,
+                       methods=("srpo_s", "grpo_s", "magrpo_s"))
+    assert l2(cells, SEEDS)["verdict"] == "refuted"
+    cells = cells_from(lambda s, m, seed: 0.4, rows_of=lambda s, m, seed: ok_rows, methods=("srpo_s", "grpo_s", "magrpo_s"))
+    assert l2(cells, SEEDS)["verdict"] == "undecided"
+
+
+def test_l3_and_l4():
+    seeds = tuple(range(10))
+    cells = cells_from(lambda s, m, seed: 0.6 if m == "srpo" else 0.4, settings=("search-credit",),
+                       methods=("srpo", "grpo", "magrpo"), seeds=seeds)
+    out = l3(cells, seeds)
+    assert out["verdict"] == "supported" and out["p"] == 2 / 2**10
+    assert l3(None, seeds)["verdict"] == "not run yet"
+
+    assert clip_active_share([{"clip/all/frac": 0.0}, {"clip/all/frac": 0.2}, {"clip/all/frac": 0.1}, {"x": 1}]) == 2 / 3
+    spec = SimpleNamespace(settings=[SimpleNamespace(name="search-credit")], seeds=seeds,
+                           methods=[SimpleNamespace(name=m) for m in ("srpo", "grpo", "magrpo")])
+    assert l4([(cells, spec)])["verdict"] == "supported"
+    never = cells_from(lambda s, m, seed: 0.5, rows_of=lambda *k: [{"loss": 0.0, "clip/all/frac": 0.0}],
+                       settings=("search-credit",), methods=("srpo", "grpo", "magrpo"), seeds=seeds)
+    out = l4([(never, spec)])
+    assert out["verdict"] == "refuted" and out["median_share"]["srpo"] == 0.0
