@@ -10,6 +10,10 @@ training with the paired test of each run, and the ratios after / before.
 
     .venv/bin/python benchmarks/bench_before_after.py                      # default job, vs BEFORE
     .venv/bin/python benchmarks/bench_before_after.py --before HEAD~3 --config configs/math/parallel.yaml
+    # one cell of the CPU study (math-parallel, srpo, seed 0, its `common` budget), shared prefill after
+    .venv/bin/python benchmarks/bench_before_after.py --config benchmarks/studies/configs/math_parallel.yaml \
+        --out results/bench/before_after_cell.json --after rollout.share_prefill=true \
+        train.threads=1 train.steps=5 train.lr=8.0e-4 train.tasks_per_step=4 eval.size=64 checkpoint.every=1 seed=0
 
 Run it with nothing else on the machine (two CPU-bound jobs side by side slow each other 3-7x).
 BEFORE is the commit before this project's learning-per-CPU-second work (zero-advantage sets
@@ -75,6 +79,9 @@ def main() -> None:
     p.add_argument("--config", default=None, help="a config both sides load (default: each side's default job)")
     p.add_argument("--out", default="results/bench/before_after.json")
     p.add_argument("--skip-before", help="a JSON written earlier by this script: reuse its 'before' side")
+    p.add_argument("--after", action="append", default=[], metavar="KEY=VALUE",
+                   help="an override for the after side only (a setting the before code does not know, "
+                        "e.g. rollout.share_prefill=true); repeatable")
     p.add_argument("overrides", nargs="*")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-before-after-") as tmp:
@@ -89,9 +96,9 @@ def main() -> None:
                 before = run_side("before", tree, args.config, args.overrides, tmp)
             finally:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
-        after = run_side("after", ROOT, args.config, args.overrides, tmp)
+        after = run_side("after", ROOT, args.config, [*args.overrides, *args.after], tmp)
     report = {"before_commit": args.before, "config": args.config or "default job", "overrides": args.overrides,
-              "before": before, "after": after,
+              "after_only_overrides": args.after, "before": before, "after": after,
               "ratio_after_over_before": {
                   "wall": after["wall_seconds"] / before["wall_seconds"],
                   "peak_rss": after["peak_rss_gb"] / before["peak_rss_gb"],

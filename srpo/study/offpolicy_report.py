@@ -21,6 +21,9 @@ Tests (fixed before any run):
   cannot clip.)
 - L5: set-ratio log-std and gradient norm by set size in math-mixed and math-routed: reported.
 
+Exploratory, over whatever cells are finished: degraded runs and held-out change against the
+base model per method and learning rate (a table and DIR/degradation_<study>.png).
+
 A run is degraded if a logged loss, reward or gradient norm is not finite, or its held-out
 accuracy is below the base model's on the same problems with a two-sided McNemar p < 0.05. A
 run that raised leaves no result: it shows as a missing cell, and the report lists those.
@@ -40,7 +43,7 @@ from typing import Any
 from srpo.study.mechanism_report import holm
 from srpo.study.report import StudyRuns, load_runs
 from srpo.study.spec import load_spec
-from srpo.train.stats import paired_comparison
+from srpo.train.stats import paired_comparison, wilson_interval
 
 MATH_SETTINGS = ("math-mixed", "math-routed", "math-parallel4")
 L1_BASELINES = ("grpo", "gspo", "magrpo")
@@ -285,6 +288,68 @@ def secondary(cells: Cells, spec) -> dict[str, Any]:
     return out
 
 
+def degradation(cells: Cells, spec) -> dict[str, Any]:
+    """Per method family (srpo, grpo, ...) and level (r4: lr 2e-4, s: lr 8e-4), over every finished
+    run with a finished base cell, all settings pooled: degraded runs (the L2 definition) with a
+    Wilson 95% interval, and the held-out change against the base model (mean and standard error
+    over runs). Exploratory: reported as it stands, also while cells are missing."""
+    out: dict[str, Any] = {}
+    for m in spec.methods:
+        family, level = (m.name[: -len(STRESS)], "s") if m.name.endswith(STRESS) else (m.name, "r4")
+        bad = runs = 0
+        changes = []
+        for s in spec.settings:
+            for seed in spec.seeds:
+                key, base_key = (s.name, m.name, seed), (s.name, "base", seed)
+                if key not in cells.results or base_key not in cells.results:
+                    continue
+                runs += 1
+                bad += degraded(cells.results[key], cells.rows[key], cells.results[base_key])[0]
+                changes.append(cells.accuracy(key) - cells.accuracy(base_key))
+        if runs == 0:
+            continue
+        ci = wilson_interval(bad, runs)
+        sem = statistics.stdev(changes) / math.sqrt(runs) if runs > 1 else None
+        out.setdefault(family, {})[level] = {
+            "runs": runs, "degraded": bad, "rate": bad / runs, "low": ci.low, "high": ci.high,
+            "heldout_change": statistics.fmean(changes), "heldout_change_sem": sem}
+    return out
+
+
+def plot_degradation(deg: dict[str, Any], path: str | Path, lrs: dict[str, float] | None = None) -> Path:
+    """Two panels against the learning rate, one line per method: the share of degraded runs (Wilson
+    95% band) and the held-out change against the base model (+- one standard error)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lrs = lrs or {"r4": 2e-4, "s": 8e-4}
+    fig, (ax_rate, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
+    for i, (family, levels) in enumerate(sorted(deg.items())):
+        lv = [lvl for lvl in ("r4", "s") if lvl in levels]
+        x = [lrs[lvl] * (1 + 0.04 * (i - 1.5)) for lvl in lv]  # a small offset keeps the bars apart
+        rate = [levels[lvl]["rate"] for lvl in lv]
+        err = [[levels[lvl]["rate"] - levels[lvl]["low"] for lvl in lv], [levels[lvl]["high"] - levels[lvl]["rate"] for lvl in lv]]
+        ax_rate.errorbar(x, rate, yerr=err, marker="o", capsize=3, label=f"{family} (runs: {'/'.join(str(levels[l]['runs']) for l in lv)})")
+        acc = [100 * levels[lvl]["heldout_change"] for lvl in lv]
+        sem = [100 * (levels[lvl]["heldout_change_sem"] or 0.0) for lvl in lv]
+        ax_acc.errorbar(x, acc, yerr=sem, marker="o", capsize=3, label=family)
+    for ax in (ax_rate, ax_acc):
+        ax.set_xscale("log")
+        ax.set_xlabel("learning rate (4 optimizer steps per rollout batch)")
+        ax.grid(alpha=0.3)
+    ax_rate.set_ylabel("degraded runs (share, Wilson 95%)")
+    ax_rate.set_ylim(-0.05, 1.05)
+    ax_acc.set_ylabel("held-out change vs base (points, +- s.e.)")
+    ax_acc.axhline(0, color="black", lw=0.8)
+    ax_rate.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 # ----------------------------------------------------------------- report
 
 
@@ -300,6 +365,8 @@ def analyze(math_spec_path: str | Path, search_spec_path: str | Path | None) -> 
         "L3": l3(search_cells, search_spec.seeds if search_spec else []),
         "L4": l4(studies),
         "L5": l5(math_cells, math_spec),
+        "degradation": {"math": degradation(math_cells, math_spec),
+                        **({"search": degradation(search_cells, search_spec)} if search_spec else {})},
         "secondary": {"math": secondary(math_cells, math_spec),
                       **({"search": secondary(search_cells, search_spec)} if search_spec else {})},
         "missing": {"math": math_cells.missing, **({"search": search_cells.missing} if search_cells else {})},
@@ -343,6 +410,15 @@ def markdown(a: dict[str, Any]) -> str:
             ks = ", ".join(f"k{k} {x:.4f}" for k, x in v["set_ratio_log_std"].items()) or "-"
             gn = "-" if v["grad_norm"] is None else f"{v['grad_norm']:.3f}"
             lines.append(f"| {s} | {m} | {ks} | {gn} | {v['steps']} |")
+    for study, per_family in a.get("degradation", {}).items():
+        lines += ["", f"## Degraded runs and held-out change by learning rate ({study}, all settings, exploratory)", "",
+                  "| method | level | runs | degraded (Wilson 95%) | held-out change vs base (points, +- s.e.) |",
+                  "|---|---|---|---|---|"]
+        for family, levels in per_family.items():
+            for lvl, d in levels.items():
+                sem = "-" if d["heldout_change_sem"] is None else f"{100 * d['heldout_change_sem']:.1f}"
+                lines.append(f"| {family} | {lvl} | {d['runs']} | {d['degraded']} ({100 * d['low']:.0f}-{100 * d['high']:.0f}%) "
+                             f"| {_pct(d['heldout_change'])} +- {sem} |")
     for study, per_setting in a["secondary"].items():
         lines += ["", f"## Secondary ({study})", "",
                   "| setting | method | runs | held-out | vs base (points, 95% CI, McNemar p) | final reward | clip frac | approx KL | entropy | degenerate share |",
@@ -371,6 +447,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "analysis.json").write_text(json.dumps(a, indent=1, default=str))
     (out / "analysis.md").write_text(markdown(a))
+    for study, deg in a["degradation"].items():
+        if deg:
+            plot_degradation(deg, out / f"degradation_{study}.png")
     print(markdown(a))
     return 0
 

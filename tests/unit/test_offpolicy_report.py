@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from srpo.study.offpolicy_report import (
-    Cells, clip_active_share, degraded, fisher_one_sided, l1, l2, l3, l4, sign_flip_p,
+    Cells, clip_active_share, degradation, degraded, fisher_one_sided, l1, l2, l3, l4, plot_degradation, sign_flip_p,
 )
 from srpo.study.report import StudyRuns
 
@@ -120,3 +120,22 @@ def test_l3_and_l4():
                        settings=("search-credit",), methods=("srpo", "grpo", "magrpo"), seeds=seeds)
     out = l4([(never, spec)])
     assert out["verdict"] == "refuted" and out["median_share"]["srpo"] == 0.0
+
+
+def test_degradation_by_level_counts_runs_by_hand(tmp_path):
+    # srpo_s loses 20 problems against base (degraded) in every run; srpo gains 4 (not degraded)
+    acc = {"base": 0.5, "srpo": 0.5 + 4 / N, "srpo_s": 0.5 - 20 / N}
+    cells = cells_from(lambda s, m, seed: acc[m], methods=("srpo", "srpo_s"))
+    spec = SimpleNamespace(methods=[SimpleNamespace(name="srpo"), SimpleNamespace(name="srpo_s")],
+                           settings=[SimpleNamespace(name=s) for s in SETTINGS], seeds=SEEDS)
+    out = degradation(cells, spec)
+    assert set(out) == {"srpo"} and set(out["srpo"]) == {"r4", "s"}
+    r4, s = out["srpo"]["r4"], out["srpo"]["s"]
+    assert (r4["runs"], r4["degraded"], s["runs"], s["degraded"]) == (15, 0, 15, 15)
+    assert r4["heldout_change"] == pytest.approx(4 / N) and s["heldout_change"] == pytest.approx(-20 / N)
+    assert r4["heldout_change_sem"] == pytest.approx(0.0) and r4["low"] == 0.0 and s["high"] == 1.0
+    # a run without its base cell is not counted
+    del cells.results[("math-mixed", "base", 0)]
+    assert degradation(cells, spec)["srpo"]["s"]["runs"] == 14
+    path = plot_degradation(out, tmp_path / "deg.png")
+    assert path.stat().st_size > 1000
