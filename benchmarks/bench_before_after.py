@@ -44,7 +44,7 @@ def run_side(name: str, code: Path, config: str | None, overrides: list[str], ou
     env = {**os.environ, "PYTHONPATH": str(code)}
     print(f"[{name}] {' '.join(cmd[3:])}  (code: {code.name})", flush=True)
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=code, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=code, env=env, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"[{name}] failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -61,14 +61,19 @@ def run_side(name: str, code: Path, config: str | None, overrides: list[str], ou
         path = run_dir / "eval" / f"{when}.json"
         if path.exists():
             evals[when] = json.loads(path.read_text())
+    eval_seconds = {when: r["eval/seconds"] for r, when in zip([r for r in rows if "eval/seconds" in r], ("before", "after"))}
     out = {"wall_seconds": wall, "time_elapsed": float(elapsed), "peak_rss_gb": int(max_kb) / 1024**2,
-           "steps": len(steps), "phase_seconds": phases}
+           "steps": len(steps), "phase_seconds": phases, "eval_seconds": eval_seconds,
+           # each step's phases, to tell a slow step from a slow job
+           "per_step": [{"step": r["step"], **{k[5:]: round(v, 3) for k, v in r.items() if k.startswith("time/")}}
+                        for r in steps]}
     if "before" in evals and "after" in evals:
         c = paired_comparison(evals["before"]["correct"], evals["after"]["correct"])
         out["heldout"] = {"n": c.n, "before": sum(evals["before"]["correct"]) / c.n,
                           "after": sum(evals["after"]["correct"]) / c.n, "diff": c.diff.estimate,
                           "low": c.diff.low, "high": c.diff.high, "gained": c.gained, "lost": c.lost, "p": c.p_value}
-        out["_after_correct"] = evals["after"]["correct"]
+        # kept in the JSON so that a later --skip-before run can still pair the two trained policies
+        out["heldout_after_correct"] = [int(c) for c in evals["after"]["correct"]]
     print(f"[{name}] {wall / 60:.1f} min, {out['peak_rss_gb']:.1f} GB, {len(steps)} steps", flush=True)
     return out
 
@@ -105,12 +110,11 @@ def main() -> None:
                   **{f"phase/{k}": after["phase_seconds"][k] / v for k, v in before["phase_seconds"].items()
                      if v > 0 and k in after["phase_seconds"]},
               }}
-    if "_after_correct" in before and "_after_correct" in after and len(before["_after_correct"]) == len(after["_after_correct"]):
-        c = paired_comparison(before["_after_correct"], after["_after_correct"])
+    b_correct, a_correct = before.get("heldout_after_correct"), after.get("heldout_after_correct")
+    if b_correct is not None and a_correct is not None and len(b_correct) == len(a_correct):
+        c = paired_comparison(b_correct, a_correct)
         report["after_vs_before_heldout"] = {"diff": c.diff.estimate, "low": c.diff.low, "high": c.diff.high,
                                              "p": c.p_value, "gained": c.gained, "lost": c.lost}
-    for side in (before, after):
-        side.pop("_after_correct", None)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1))
     print(json.dumps({k: v for k, v in report.items() if k not in ("before", "after")}, indent=1))
