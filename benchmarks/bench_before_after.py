@@ -61,7 +61,8 @@ def run_side(name: str, code: Path, config: str | None, overrides: list[str], ou
         path = run_dir / "eval" / f"{when}.json"
         if path.exists():
             evals[when] = json.loads(path.read_text())
-    eval_seconds = {when: r["eval/seconds"] for r, when in zip([r for r in rows if "eval/seconds" in r], ("before", "after"))}
+    # the evaluation before training is logged at step 0, the one after at the last step
+    eval_seconds = {("before" if r["step"] == 0 else "after"): r["eval/seconds"] for r in rows if "eval/seconds" in r}
     out = {"wall_seconds": wall, "time_elapsed": float(elapsed), "peak_rss_gb": int(max_kb) / 1024**2,
            "steps": len(steps), "phase_seconds": phases, "eval_seconds": eval_seconds,
            # each step's phases, to tell a slow step from a slow job
