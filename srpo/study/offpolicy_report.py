@@ -22,7 +22,9 @@ Tests (fixed before any run):
 - L5: set-ratio log-std and gradient norm by set size in math-mixed and math-routed: reported.
 
 Exploratory, over whatever cells are finished: degraded runs and held-out change against the
-base model per method and learning rate (a table and DIR/degradation_<study>.png).
+base model per method and learning rate (a table and DIR/degradation_<study>.png), and the
+training-reward learning curves per setting and level, mean over seeds +- one standard error
+(DIR/curves_<study>.png).
 
 A run is degraded if a logged loss, reward or gradient norm is not finite, or its held-out
 accuracy is below the base model's on the same problems with a two-sided McNemar p < 0.05. A
@@ -350,6 +352,67 @@ def plot_degradation(deg: dict[str, Any], path: str | Path, lrs: dict[str, float
     return path
 
 
+def learning_curves(cells: Cells, spec, metric: str = "reward/mean") -> dict[str, Any]:
+    """Per setting, level (r4, s) and method family: the mean of `metric` at each training step
+    over the finished seeds, with its standard error (stdev / sqrt(runs); None for one run).
+    Steps are the training log's rows (one per rollout batch, averaging its optimizer steps)."""
+    out: dict[str, Any] = {}
+    for s in spec.settings:
+        for m in spec.methods:
+            family, level = (m.name[: -len(STRESS)], "s") if m.name.endswith(STRESS) else (m.name, "r4")
+            by_step: dict[int, list[float]] = {}
+            for seed in spec.seeds:
+                for i, row in enumerate(cells.rows.get((s.name, m.name, seed), []), start=1):
+                    if metric in row and math.isfinite(row[metric]):
+                        by_step.setdefault(int(row.get("step", i)), []).append(row[metric])
+            if not by_step:
+                continue
+            curve = []
+            for step, vals in sorted(by_step.items()):
+                sem = statistics.stdev(vals) / math.sqrt(len(vals)) if len(vals) > 1 else None
+                curve.append({"step": step, "mean": statistics.fmean(vals), "sem": sem, "runs": len(vals)})
+            out.setdefault(s.name, {}).setdefault(level, {})[family] = curve
+    return out
+
+
+def plot_learning_curves(curves: dict[str, Any], path: str | Path, metric: str = "reward/mean") -> Path:
+    """A grid: one column per setting, one row per level (r4: lr 2e-4, s: lr 8e-4); one line per
+    method family (the mean over seeds) with a shaded band of +- one standard error."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    settings = list(curves)
+    levels = [lvl for lvl in ("r4", "s") if any(lvl in curves[s] for s in settings)]
+    fig, axes = plt.subplots(len(levels), len(settings), figsize=(4.2 * len(settings), 3.2 * len(levels)),
+                             squeeze=False, sharex=True)
+    families = sorted({f for s in settings for lvl in curves[s].values() for f in lvl})
+    colors = {f: f"C{i}" for i, f in enumerate(families)}
+    for r, lvl in enumerate(levels):
+        for c, s in enumerate(settings):
+            ax = axes[r][c]
+            for family, curve in sorted(curves[s].get(lvl, {}).items()):
+                x = [p["step"] for p in curve]
+                y = [p["mean"] for p in curve]
+                e = [p["sem"] or 0.0 for p in curve]
+                runs = max(p["runs"] for p in curve)
+                ax.plot(x, y, color=colors[family], label=f"{family} ({runs})")
+                ax.fill_between(x, [a - b for a, b in zip(y, e)], [a + b for a, b in zip(y, e)],
+                                color=colors[family], alpha=0.15, lw=0)
+            ax.set_title(f"{s}, {lvl}", fontsize=9)
+            ax.grid(alpha=0.3)
+            if c == 0:
+                ax.set_ylabel(f"{metric} (+- s.e. over seeds)", fontsize=8)
+            if r == len(levels) - 1:
+                ax.set_xlabel("training step")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 # ----------------------------------------------------------------- report
 
 
@@ -369,6 +432,8 @@ def analyze(math_spec_path: str | Path, search_spec_path: str | Path | None) -> 
                         **({"search": degradation(search_cells, search_spec)} if search_spec else {})},
         "secondary": {"math": secondary(math_cells, math_spec),
                       **({"search": secondary(search_cells, search_spec)} if search_spec else {})},
+        "curves": {"math": learning_curves(math_cells, math_spec),
+                   **({"search": learning_curves(search_cells, search_spec)} if search_spec else {})},
         "missing": {"math": math_cells.missing, **({"search": search_cells.missing} if search_cells else {})},
     }
 
@@ -450,6 +515,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for study, deg in a["degradation"].items():
         if deg:
             plot_degradation(deg, out / f"degradation_{study}.png")
+    for study, curves in a["curves"].items():
+        if curves:
+            plot_learning_curves(curves, out / f"curves_{study}.png")
     print(markdown(a))
     return 0
 

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from srpo.study.offpolicy_report import (
-    Cells, clip_active_share, degradation, degraded, fisher_one_sided, l1, l2, l3, l4, plot_degradation, sign_flip_p,
+    Cells, clip_active_share, degradation, degraded, fisher_one_sided, l1, l2, l3, l4, learning_curves, plot_degradation,
+    plot_learning_curves, sign_flip_p,
 )
 from srpo.study.report import StudyRuns
 
@@ -139,3 +140,26 @@ def test_degradation_by_level_counts_runs_by_hand(tmp_path):
     assert degradation(cells, spec)["srpo"]["s"]["runs"] == 14
     path = plot_degradation(out, tmp_path / "deg.png")
     assert path.stat().st_size > 1000
+
+
+def test_learning_curves_mean_and_standard_error_by_hand(tmp_path):
+    # reward at step t of seed k: t + k, so the mean over seeds 0-4 is t + 2 and the standard
+    # error is stdev(0..4) / sqrt(5) = sqrt(2.5) / sqrt(5)
+    def rows(s, m, seed):
+        return [{"step": t, "loss": 0.1, "reward/mean": t + seed + (10 if m == "srpo_s" else 0)} for t in (1, 2, 3)]
+    cells = cells_from(lambda *k: 0.5, rows_of=rows, methods=("srpo", "srpo_s"))
+    spec = SimpleNamespace(methods=[SimpleNamespace(name="srpo"), SimpleNamespace(name="srpo_s")],
+                           settings=[SimpleNamespace(name=s) for s in SETTINGS], seeds=SEEDS)
+    out = learning_curves(cells, spec)
+    assert set(out) == set(SETTINGS) and set(out["math-mixed"]) == {"r4", "s"}
+    curve = out["math-mixed"]["r4"]["srpo"]
+    assert [p["step"] for p in curve] == [1, 2, 3] and [p["runs"] for p in curve] == [5, 5, 5]
+    assert [p["mean"] for p in curve] == pytest.approx([3.0, 4.0, 5.0])
+    assert curve[0]["sem"] == pytest.approx(math.sqrt(2.5) / math.sqrt(5))
+    assert out["math-mixed"]["s"]["srpo"][0]["mean"] == pytest.approx(13.0)
+    # a missing seed lowers the run count at every step; a non-finite value is left out of its step
+    del cells.rows[("math-routed", "srpo", 4)]
+    cells.rows[("math-routed", "srpo", 3)][1]["reward/mean"] = math.nan
+    routed = learning_curves(cells, spec)["math-routed"]["r4"]["srpo"]
+    assert [p["runs"] for p in routed] == [4, 3, 4]
+    assert plot_learning_curves(out, tmp_path / "curves.png").stat().st_size > 1000
