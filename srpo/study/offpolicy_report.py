@@ -100,6 +100,11 @@ def degraded(result: dict[str, Any], rows: list[dict[str, Any]], base: dict[str,
     return False, ""
 
 
+def family_level(method: str) -> tuple[str, str]:
+    """A spec method's family and level: 'srpo_s' -> ('srpo', 's') (lr 8e-4), 'srpo' -> ('srpo', 'r4')."""
+    return (method[: -len(STRESS)], "s") if method.endswith(STRESS) else (method, "r4")
+
+
 # ----------------------------------------------------------------- cells
 
 
@@ -297,7 +302,7 @@ def degradation(cells: Cells, spec) -> dict[str, Any]:
     over runs). Exploratory: reported as it stands, also while cells are missing."""
     out: dict[str, Any] = {}
     for m in spec.methods:
-        family, level = (m.name[: -len(STRESS)], "s") if m.name.endswith(STRESS) else (m.name, "r4")
+        family, level = family_level(m.name)
         bad = runs = 0
         changes = []
         for s in spec.settings:
@@ -359,7 +364,7 @@ def learning_curves(cells: Cells, spec, metric: str = "reward/mean") -> dict[str
     out: dict[str, Any] = {}
     for s in spec.settings:
         for m in spec.methods:
-            family, level = (m.name[: -len(STRESS)], "s") if m.name.endswith(STRESS) else (m.name, "r4")
+            family, level = family_level(m.name)
             by_step: dict[int, list[float]] = {}
             for seed in spec.seeds:
                 for i, row in enumerate(cells.rows.get((s.name, m.name, seed), []), start=1):
