@@ -109,16 +109,31 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         def on_progress(done: int, total: int, correct: int) -> None:
             bar.update(completed=done, info=f"accuracy so far {100 * correct / done:.1f}% ({correct}/{done})")
         try:
-            result, _ = evaluate(runner, workflow, tasks, seed=cfg.seed, success_component=cfg.eval.success_component or task_pack(cfg).success_component,
+            result, episodes = evaluate(runner, workflow, tasks, seed=cfg.seed, success_component=cfg.eval.success_component or task_pack(cfg).success_component,
                                  batch_tasks=cfg.eval.batch_tasks, on_progress=on_progress)
         except Exception as e:
             return _workflow_error("srpo eval", e)
     if args.out:
         write_eval_json(args.out, result, label="eval", config=str(path))
+        # the episodes beside it, in the training evaluations' format (the report's answers, and
+        # what a study reads from a base model's evaluation besides its accuracy)
+        from srpo.train import episodes_log
+
+        def prompt_text(member) -> str:
+            return runner.backend.policies[member.policy].tokenizer.decode(member.prompt_ids, skip_special_tokens=False)
+
+        episodes_log.write_records(eval_episodes_path(args.out),
+                                   episodes_log.episode_records(episodes, step=0, prompt_text=prompt_text))
     print(result.summary())
     for agent, acc in sorted(result.per_agent.items()):
         print(f"  agent {agent}: {100 * acc:.1f}% of its answers correct")
     return 0
+
+
+def eval_episodes_path(out: str | Path) -> Path:
+    """`srpo eval --out X.json` writes its episodes to X.episodes.jsonl.gz."""
+    out = Path(out)
+    return out.with_name(out.name.removesuffix(".json") + ".episodes.jsonl.gz")
 
 
 def _run_policies(run_dir: Path, cfg):
@@ -187,7 +202,8 @@ def add_train_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("overrides", nargs="*", help="key=value overrides (anywhere on the line, also after options)")
     p.add_argument("--workflow", help="evaluate another workflow than the configured one")
     p.add_argument("--n", type=int, default=None, help="number of held-out tasks (default: eval.size, else task.heldout_size)")
-    p.add_argument("--out", help="also write the result, with per-task correctness, as JSON here")
+    p.add_argument("--out", help="also write the result, with per-task correctness, as JSON here "
+                                 "(X.json), and the episodes beside it (X.episodes.jsonl.gz)")
     p.set_defaults(handler=_cmd_eval)
 
     p = sub.add_parser("plot", help="write RUN_DIR/plots/*.png from RUN_DIR/metrics.jsonl")

@@ -21,7 +21,8 @@ Tests (fixed before any run):
   cannot clip.)
 - L5: set-ratio log-std and gradient norm by set size in math-mixed and math-routed: reported.
 
-Exploratory, over whatever cells are finished: degraded runs and held-out change against the
+Exploratory, over whatever cells are finished: held-out retrieval recall of the trained search
+runs (heldout_retrieval: added after seeds 0-1, not preregistered), degraded runs and held-out change against the
 base model per method and learning rate (a table and DIR/degradation_<study>.png), and the
 training-reward learning curves per setting and level, mean over seeds +- one standard error
 (DIR/curves_<study>.png).
@@ -45,6 +46,7 @@ from typing import Any
 from srpo.study.mechanism_report import holm
 from srpo.study.report import StudyRuns, load_runs
 from srpo.study.spec import load_spec
+from srpo.train.episodes_log import read_records
 from srpo.train.stats import paired_comparison, wilson_interval
 
 MATH_SETTINGS = ("math-mixed", "math-routed", "math-parallel4")
@@ -111,8 +113,11 @@ def family_level(method: str) -> tuple[str, str]:
 class Cells:
     """The finished cells of one study, keyed (setting, method, seed); base cells as 'base'."""
 
-    def __init__(self, runs: StudyRuns, planned: Sequence[tuple[str, str, int]]):
+    def __init__(self, runs: StudyRuns, planned: Sequence[tuple[str, str, int]], output: str | Path | None = None):
         self.results = {(c.setting, c.method or "base", c.seed): r for c, r, _ in runs.done}
+        # each finished cell's directory (its eval episodes), when the study's output folder is given
+        self.dirs = ({(c.setting, c.method or "base", c.seed): Path(c.directory(output)) for c, _, _ in runs.done}
+                     if output is not None else {})
         self.rows = {(c.setting, c.method or "base", c.seed): [row for row in rows if "loss" in row]
                      for c, _, rows in runs.done}
         self.missing = ["/".join(map(str, k)) for k in planned if k not in self.results]
@@ -209,6 +214,58 @@ def l3(cells: Cells | None, seeds: Sequence[int], setting: str = "search-credit"
     mean_diff = statistics.fmean(diffs)
     verdict = "undecided" if p >= ALPHA else ("supported" if mean_diff > 0 else "refuted")
     return {"pairs": len(diffs), "mean_diff": mean_diff, "p": p, "diffs": diffs, "verdict": verdict}
+
+
+RETRIEVAL_METRICS = ("recall_at_k", "retrieval_credit_r1", "retrieval_credit_r2")
+
+
+def episode_retrieval(record: dict[str, Any], where: str) -> dict[str, float]:
+    """One held-out search episode's retrieval: recall_at_k (share of the question's supporting
+    documents found by the end) and the recall gain of each query round (what that round's query
+    set was rewarded with in training; 0 for a round that did not run)."""
+    meta = record.get("metadata") or {}
+    if "recall_at_k" not in meta:
+        raise ValueError(f"{where}: episode {record.get('task_id')!r} has no recall_at_k: not a search episode")
+    return {k: float(meta.get(k, 0.0)) for k in RETRIEVAL_METRICS}
+
+
+def heldout_retrieval(cells: Cells, seeds: Sequence[int], setting: str = "search-credit",
+                      methods: Sequence[str] = ("srpo", "magrpo"), label: str = "after") -> dict[str, Any]:
+    """Exploratory, not preregistered (added on 2026-12-02 after the seed-0 and seed-1 cells had
+    finished, because held-out cover EM sits at the floor: 0-2 of 64 for every run): what the
+    per-transition credit rewards, measured on the held-out episodes of each trained run
+    (RUN/eval/after.episodes.jsonl.gz). Per run the means over its episodes of RETRIEVAL_METRICS;
+    per seed SRPO minus MAGRPO, with the exact sign-flip test only once every planned seed of both
+    is finished (never on part of the seeds). The base model's row comes from the base cells that
+    kept their episodes (RUN/eval/base.episodes.jsonl.gz; its evaluation is greedy, the same for
+    every seed)."""
+    per_run: dict[str, dict[int, dict[str, float]]] = {}
+    for m in ("base", *methods):
+        for seed in seeds:
+            key = (setting, m, seed)
+            if key not in cells.results or key not in cells.dirs:
+                continue
+            path = cells.dirs[key] / "eval" / f"{'base' if m == 'base' else label}.episodes.jsonl.gz"
+            if m == "base" and not path.is_file():
+                continue  # base evaluations before `srpo eval --out` wrote episodes (seeds 0-8) have none
+            if not path.is_file():
+                raise FileNotFoundError(f"{path}: a finished search cell without its held-out episodes")
+            eps = [episode_retrieval(r, str(path)) for r in read_records(path)]
+            if not eps:
+                raise ValueError(f"{path}: no episodes")
+            per_run.setdefault(m, {})[seed] = {k: statistics.fmean(e[k] for e in eps) for k in RETRIEVAL_METRICS} | {
+                "episodes": len(eps)}
+    out: dict[str, Any] = {"per_run": per_run}
+    a, b = methods[0], methods[1]
+    paired = [seed for seed in seeds if seed in per_run.get(a, {}) and seed in per_run.get(b, {})]
+    out["paired_seeds"] = len(paired)
+    if paired and len(paired) == len(seeds):
+        out["diff"] = {}
+        for k in RETRIEVAL_METRICS:
+            diffs = [per_run[a][seed][k] - per_run[b][seed][k] for seed in paired]
+            out["diff"][k] = {"mean_diff": statistics.fmean(diffs), "p": sign_flip_p(diffs),
+                              "higher": sum(d > 0 for d in diffs), "ties": sum(d == 0 for d in diffs)}
+    return out
 
 
 def clip_active_share(rows: list[dict[str, Any]]) -> float:
@@ -425,7 +482,7 @@ def analyze(math_spec_path: str | Path, search_spec_path: str | Path | None) -> 
     math_spec = load_spec(math_spec_path)
     math_cells = Cells(load_runs(math_spec), _planned(math_spec))
     search_spec = load_spec(search_spec_path) if search_spec_path else None
-    search_cells = Cells(load_runs(search_spec), _planned(search_spec)) if search_spec else None
+    search_cells = (Cells(load_runs(search_spec), _planned(search_spec), search_spec.output) if search_spec else None)
     studies = [(math_cells, math_spec)] + ([(search_cells, search_spec)] if search_spec else [])
     return {
         "L1": l1(math_cells, math_spec.seeds),
@@ -437,6 +494,7 @@ def analyze(math_spec_path: str | Path, search_spec_path: str | Path | None) -> 
                         **({"search": degradation(search_cells, search_spec)} if search_spec else {})},
         "secondary": {"math": secondary(math_cells, math_spec),
                       **({"search": secondary(search_cells, search_spec)} if search_spec else {})},
+        **({"retrieval": heldout_retrieval(search_cells, search_spec.seeds)} if search_spec else {}),
         "curves": {"math": learning_curves(math_cells, math_spec),
                    **({"search": learning_curves(search_cells, search_spec)} if search_spec else {})},
         "missing": {"math": math_cells.missing, **({"search": search_cells.missing} if search_cells else {})},
@@ -500,10 +558,34 @@ def markdown(a: dict[str, Any]) -> str:
                 cols = [f"{r[k]:.4g}" if r.get(k) is not None else "-" for k in
                         ("final_reward", "clip_frac", "approx_kl", "entropy", "degenerate_share")]
                 lines.append(f"| {s} | {m} | {r['runs']} | {100 * r['accuracy']:.1f}% | {vs} | " + " | ".join(cols) + " |")
+    if a.get("retrieval"):
+        lines += retrieval_markdown(a["retrieval"])
     missing = {k: v for k, v in a["missing"].items() if v}
     if missing:
         lines += ["", "Cells not finished: " + "; ".join(f"{k}: {len(v)}" for k, v in missing.items())]
     return "\n".join(lines) + "\n"
+
+
+def retrieval_markdown(r: dict[str, Any]) -> list[str]:
+    lines = ["", "## Held-out retrieval on search-credit (exploratory, not preregistered)", "",
+             ("Means over each run's 64 held-out episodes, then over seeds (+- s.e.): recall = share of the "
+              "question's supporting documents found; round-r gain = what round r's query set found that "
+              "earlier rounds had not (its training credit)."), "",
+             "| method | runs | recall | round-1 gain | round-2 gain |", "|---|---|---|---|---|"]
+    for m, runs in r["per_run"].items():
+        cols = []
+        for k in RETRIEVAL_METRICS:
+            vals = [v[k] for v in runs.values()]
+            sem = statistics.stdev(vals) / math.sqrt(len(vals)) if len(vals) > 1 else None
+            cols.append(f"{statistics.fmean(vals):.3f}" + ("" if sem is None else f" +- {sem:.3f}"))
+        lines.append(f"| {m} | {len(runs)} | " + " | ".join(cols) + " |")
+    if "diff" in r:
+        lines += ["", "SRPO minus MAGRPO per seed (" + str(r["paired_seeds"]) + " pairs, exact sign-flip): " + "; ".join(
+            f"{k} {d['mean_diff']:+.3f} (SRPO higher in {d['higher']}, ties {d['ties']}, p = {d['p']:.3g})"
+            for k, d in r["diff"].items())]
+    else:
+        lines += ["", f"Paired seeds finished: {r['paired_seeds']} (the test waits for all)."]
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:

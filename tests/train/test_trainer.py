@@ -169,6 +169,23 @@ def test_lora_adapter_per_role_trains_both_and_eval_reads_the_export(tmp_path, c
     assert "evaluating the trained policies" in out and "parallel:" in out and "agent aggregator" in out
 
 
+def test_eval_out_writes_the_episodes_beside_the_result(tmp_path, capsys):
+    from srpo.cli_train import eval_episodes_path
+    from srpo.train.episodes_log import read_records
+
+    out = tmp_path / "eval" / "base.json"
+    assert eval_episodes_path(out) == tmp_path / "eval" / "base.episodes.jsonl.gz"
+    assert eval_episodes_path("x.out") == Path("x.out.episodes.jsonl.gz")
+    assert main(["eval", SMOKE, "--n", "3", "--out", str(out), f"output_dir={tmp_path / 'run'}"]) == 0
+    result = json.loads(out.read_text())
+    records = read_records(eval_episodes_path(out))
+    # one greedy episode per held-out task, in the result's order, scored as the result says
+    assert [r["task_id"] for r in records] == result["task_ids"]
+    assert len(records) == result["n"] == 3
+    assert all(r["transitions"] and r["transitions"][0]["members"][0]["prompt"] for r in records)
+    assert all(r["step"] == 0 for r in records)
+
+
 def test_wandb_requested_without_the_package_is_a_clear_error(tmp_path):
     import importlib.util
 

@@ -9,8 +9,21 @@ from types import SimpleNamespace
 import pytest
 
 from srpo.study.offpolicy_report import (
-    Cells, clip_active_share, degradation, degraded, fisher_one_sided, l1, l2, l3, l4, learning_curves, plot_degradation,
-    plot_learning_curves, sign_flip_p,
+    Cells,
+    clip_active_share,
+    degradation,
+    degraded,
+    fisher_one_sided,
+    heldout_retrieval,
+    l1,
+    l2,
+    l3,
+    l4,
+    learning_curves,
+    plot_degradation,
+    plot_learning_curves,
+    retrieval_markdown,
+    sign_flip_p,
 )
 from srpo.study.report import StudyRuns
 
@@ -163,3 +176,64 @@ def test_learning_curves_mean_and_standard_error_by_hand(tmp_path):
     routed = learning_curves(cells, spec)["math-routed"]["r4"]["srpo"]
     assert [p["runs"] for p in routed] == [4, 3, 4]
     assert plot_learning_curves(out, tmp_path / "curves.png").stat().st_size > 1000
+
+
+def _search_cells(tmp_path, recalls, seeds):
+    """Finished search-credit cells whose held-out episodes have the given (recall, r1, r2) rows;
+    round 2 is left out of an episode's metadata when its r2 is None (the round did not run)."""
+    from srpo.train.episodes_log import write_records
+
+    done = []
+    for (m, seed), eps in recalls.items():
+        d = tmp_path / m / f"seed{seed}"
+        records = []
+        for i, (rec, r1, r2) in enumerate(eps):
+            meta = {"recall_at_k": rec, "retrieval_credit_r1": r1}
+            if r2 is not None:
+                meta["retrieval_credit_r2"] = r2
+            records.append({"task_id": f"t{i}", "metadata": meta, "transitions": []})
+        write_records(d / "eval" / "after.episodes.jsonl.gz", records)
+        cell = SimpleNamespace(setting="search-credit", method=m, seed=seed, directory=lambda out, d=d: d)
+        done.append((cell, result("search-credit", m, seed, [False] * len(eps)), []))
+    return Cells(StudyRuns(done, []), [], output=tmp_path)
+
+
+def test_heldout_retrieval_means_by_hand_and_waits_for_every_seed(tmp_path):
+    seeds = (0, 1)
+    srpo = [(1.0, 0.5, 0.5), (0.5, 0.5, None)]  # recall 0.75, r1 0.5, r2 0.25 (a round that did not run: 0)
+    magrpo = [(0.5, 0.5, 0.0), (0.5, 0.5, 0.0)]  # recall 0.5, r1 0.5, r2 0
+    cells = _search_cells(tmp_path, {("srpo", 0): srpo, ("srpo", 1): srpo, ("magrpo", 0): magrpo}, seeds)
+    out = heldout_retrieval(cells, seeds)
+    assert out["per_run"]["srpo"][0] == {"recall_at_k": 0.75, "retrieval_credit_r1": 0.5, "retrieval_credit_r2": 0.25,
+                                         "episodes": 2}
+    assert out["per_run"]["magrpo"][0]["recall_at_k"] == 0.5
+    assert out["paired_seeds"] == 1 and "diff" not in out  # magrpo seed 1 missing: no test on part of the seeds
+    assert "the test waits for all" in "\n".join(retrieval_markdown(out))
+
+    cells = _search_cells(tmp_path, {("srpo", 0): srpo, ("srpo", 1): srpo, ("magrpo", 0): magrpo,
+                                     ("magrpo", 1): magrpo, ("base", 1): magrpo}, seeds)
+    (tmp_path / "base" / "seed1" / "eval" / "after.episodes.jsonl.gz").rename(
+        tmp_path / "base" / "seed1" / "eval" / "base.episodes.jsonl.gz")  # a base cell's file name
+    cells.results[("search-credit", "base", 0)] = {}  # a base cell from before episodes were kept
+    cells.dirs[("search-credit", "base", 0)] = tmp_path / "base" / "seed0"
+    out = heldout_retrieval(cells, seeds)
+    assert list(out["per_run"]["base"]) == [1] and out["per_run"]["base"][1]["recall_at_k"] == 0.5
+    d = out["diff"]
+    assert d["recall_at_k"]["mean_diff"] == pytest.approx(0.25) and d["recall_at_k"]["higher"] == 2
+    assert d["recall_at_k"]["p"] == 2 / 4  # 2 pairs, both +0.25: only all-plus and all-minus reach |sum| 0.5
+    assert d["retrieval_credit_r1"] == {"mean_diff": 0.0, "p": 1.0, "higher": 0, "ties": 2}
+    text = "\n".join(retrieval_markdown(out))
+    assert "| srpo | 2 | 0.750 +- 0.000 | 0.500 +- 0.000 | 0.250 +- 0.000 |" in text and "2 pairs" in text
+
+
+def test_heldout_retrieval_refuses_episodes_that_are_not_search(tmp_path):
+    from srpo.train.episodes_log import write_records
+
+    cells = _search_cells(tmp_path, {("srpo", 0): [(1.0, 1.0, 0.0)]}, (0,))
+    write_records(tmp_path / "srpo" / "seed0" / "eval" / "after.episodes.jsonl.gz",
+                  [{"task_id": "q7", "metadata": {"score_em": 1.0}, "transitions": []}])
+    with pytest.raises(ValueError, match="'q7' has no recall_at_k"):
+        heldout_retrieval(cells, (0,))
+    (tmp_path / "srpo" / "seed0" / "eval" / "after.episodes.jsonl.gz").unlink()
+    with pytest.raises(FileNotFoundError, match="without its held-out episodes"):
+        heldout_retrieval(cells, (0,))
