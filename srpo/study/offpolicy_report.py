@@ -18,7 +18,8 @@ Tests (fixed before any run):
 - L4: per run, the share of training steps whose logged clip fraction is > 0; supported if every
   method's median run is >= 0.9. (The log has one row per training step, which averages its 4
   optimizer steps; a step counts when any of them clipped: the first of the 4 is on-policy and
-  cannot clip.)
+  cannot clip. A step whose sets all had zero advantage updated nothing and logs no clip
+  fraction: it counts as a step without clipping.)
 - L5: set-ratio log-std and gradient norm by set size in math-mixed and math-routed: reported.
 
 Exploratory, over whatever cells are finished: held-out retrieval recall of the trained search
@@ -268,19 +269,28 @@ def heldout_retrieval(cells: Cells, seeds: Sequence[int], setting: str = "search
     return out
 
 
-def clip_active_share(rows: list[dict[str, Any]]) -> float:
-    """Share of a run's training steps whose logged clip fraction is > 0."""
-    fracs = [r["clip/all/frac"] for r in rows if "clip/all/frac" in r]
-    if not fracs:
-        raise ValueError("a run without clip/all/frac rows")
-    return sum(f > 0 for f in fracs) / len(fracs)
+def clip_active_share(rows: list[dict[str, Any]], *, updating_only: bool = False) -> float:
+    """Share of a run's training steps (rows with a loss) whose logged clip fraction is > 0. A step
+    in which every set had a zero advantage updates nothing and logs no clip fraction: the clip did
+    not act there, so it counts as a step without clipping (L4's denominator is all of a run's
+    steps). updating_only: the share among the steps that logged one (the steps that updated)."""
+    steps = [r for r in rows if "loss" in r]
+    if not steps:
+        raise ValueError("a run without training rows")
+    fracs = [r["clip/all/frac"] for r in steps if "clip/all/frac" in r]
+    if updating_only:
+        return sum(f > 0 for f in fracs) / len(fracs) if fracs else float("nan")
+    return sum(f > 0 for f in fracs) / len(steps)
 
 
-def l4(studies: Sequence[tuple[Cells, Any]]) -> dict[str, Any]:
-    """Every r4 method of both studies: the median run's share of steps with clipping."""
+def l4(studies: Sequence[tuple[str, Cells, Any]]) -> dict[str, Any]:
+    """Every r4 method of both studies: the median run's share of steps with clipping (the verdict,
+    pooled over the studies, once every planned run is finished), and per study over the runs
+    finished so far (descriptive), also among the steps that updated."""
     per_method: dict[str, list[float]] = {}
+    by_study: dict[str, dict[str, dict[str, Any]]] = {}
     planned = 0
-    for cells, spec in studies:
+    for label, cells, spec in studies:
         for s in spec.settings:
             for m in spec.methods:
                 if m.name.endswith(STRESS):
@@ -289,13 +299,26 @@ def l4(studies: Sequence[tuple[Cells, Any]]) -> dict[str, Any]:
                     planned += 1
                     key = (s.name, m.name, seed)
                     if key in cells.rows:
-                        per_method.setdefault(m.name, []).append(clip_active_share(cells.rows[key]))
+                        share = clip_active_share(cells.rows[key])
+                        per_method.setdefault(m.name, []).append(share)
+                        d = by_study.setdefault(label, {}).setdefault(m.name, {"shares": [], "updating": []})
+                        d["shares"].append(share)
+                        d["updating"].append(clip_active_share(cells.rows[key], updating_only=True))
+    described = {label: {m: {"runs": len(d["shares"]), "median_share": statistics.median(d["shares"]),
+                             "median_share_updating": _nan_median(d["updating"])}
+                         for m, d in per.items()} for label, per in by_study.items()}
     done = sum(len(v) for v in per_method.values())
     if done < planned:
-        return {"verdict": "not run yet", "cells": f"{done} of {planned} finished"}
+        return {"verdict": "not run yet", "cells": f"{done} of {planned} finished", "by_study": described}
     medians = {m: statistics.median(v) for m, v in per_method.items()}
-    return {"median_share": medians, "runs": {m: len(v) for m, v in per_method.items()},
+    return {"median_share": medians, "runs": {m: len(v) for m, v in per_method.items()}, "by_study": described,
             "verdict": "supported" if all(v >= 0.9 for v in medians.values()) else "refuted"}
+
+
+def _nan_median(values: Sequence[float]) -> float | None:
+    """Median of the finite values (a run that never updated has no share among updating steps)."""
+    finite = [v for v in values if math.isfinite(v)]
+    return statistics.median(finite) if finite else None
 
 
 def l5(cells: Cells, spec, settings: Sequence[str] = ("math-mixed", "math-routed")) -> dict[str, Any]:
@@ -483,7 +506,7 @@ def analyze(math_spec_path: str | Path, search_spec_path: str | Path | None) -> 
     math_cells = Cells(load_runs(math_spec), _planned(math_spec))
     search_spec = load_spec(search_spec_path) if search_spec_path else None
     search_cells = (Cells(load_runs(search_spec), _planned(search_spec), search_spec.output) if search_spec else None)
-    studies = [(math_cells, math_spec)] + ([(search_cells, search_spec)] if search_spec else [])
+    studies = [("math", math_cells, math_spec)] + ([("search", search_cells, search_spec)] if search_spec else [])
     return {
         "L1": l1(math_cells, math_spec.seeds),
         "L2": l2(math_cells, math_spec.seeds),
@@ -531,6 +554,16 @@ def markdown(a: dict[str, Any]) -> str:
     h = a["L4"]
     nums = (", ".join(f"{m} {v:.2f}" for m, v in h["median_share"].items()) if "median_share" in h else h["cells"])
     lines.append(f"| L4 reuse makes the clip act (median run's share of steps with clipping) | {h['verdict']} | {nums} |")
+    if h.get("by_study"):
+        lines += ["", "## L4 by study, r4 runs finished so far (descriptive)", "",
+                  "A step whose sets all had zero advantage updates nothing and counts as a step without clipping; "
+                  "the last column leaves those steps out.", "",
+                  "| study | method | runs | median share of steps with clipping | among steps that updated |",
+                  "|---|---|---|---|---|"]
+        for label, per in h["by_study"].items():
+            for m, d in per.items():
+                upd = "-" if d["median_share_updating"] is None else f"{d['median_share_updating']:.2f}"
+                lines.append(f"| {label} | {m} | {d['runs']} | {d['median_share']:.2f} | {upd} |")
     lines += ["", "## L5: set-ratio log-std by set size and gradient norm (exploratory)", "",
               "| setting | method | set_ratio log-std by k | grad norm | steps |", "|---|---|---|---|---|"]
     for s, per in a["L5"].items():

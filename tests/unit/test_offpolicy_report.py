@@ -126,14 +126,36 @@ def test_l3_and_l4():
     assert out["verdict"] == "supported" and out["p"] == 2 / 2**10
     assert l3(None, seeds)["verdict"] == "not run yet"
 
-    assert clip_active_share([{"clip/all/frac": 0.0}, {"clip/all/frac": 0.2}, {"clip/all/frac": 0.1}, {"x": 1}]) == 2 / 3
+    # 4 training steps (a row without a loss is not one): two clipped, one updated without
+    # clipping, one updated nothing (every set had zero advantage: no clip fraction logged)
+    rows = [{"loss": 0.1, "clip/all/frac": 0.0}, {"loss": 0.1, "clip/all/frac": 0.2},
+            {"loss": 0.1, "clip/all/frac": 0.1}, {"loss": 0.0}, {"x": 1}]
+    assert clip_active_share(rows) == 2 / 4
+    assert clip_active_share(rows, updating_only=True) == 2 / 3
+    assert math.isnan(clip_active_share([{"loss": 0.0}], updating_only=True))
+    assert clip_active_share([{"loss": 0.0}]) == 0.0
+    with pytest.raises(ValueError, match="without training rows"):
+        clip_active_share([{"x": 1}])
     spec = SimpleNamespace(settings=[SimpleNamespace(name="search-credit")], seeds=seeds,
                            methods=[SimpleNamespace(name=m) for m in ("srpo", "grpo", "magrpo")])
-    assert l4([(cells, spec)])["verdict"] == "supported"
+    out = l4([("search", cells, spec)])
+    assert out["verdict"] == "supported" and out["by_study"]["search"]["srpo"]["runs"] == 10
     never = cells_from(lambda s, m, seed: 0.5, rows_of=lambda *k: [{"loss": 0.0, "clip/all/frac": 0.0}],
                        settings=("search-credit",), methods=("srpo", "grpo", "magrpo"), seeds=seeds)
-    out = l4([(never, spec)])
+    out = l4([("search", never, spec)])
     assert out["verdict"] == "refuted" and out["median_share"]["srpo"] == 0.0
+    # a method whose runs never update: share 0, no share among updating steps; half the runs of
+    # another clip on every step: median of [0]*5 + [1]*5 = 0.5
+    idle = cells_from(lambda s, m, seed: 0.5,
+                      rows_of=lambda s, m, seed: ([{"loss": 0.0}] if m == "magrpo" else
+                                                  [{"loss": 0.1, "clip/all/frac": 0.3 if seed % 2 else 0.0}]),
+                      settings=("search-credit",), methods=("srpo", "grpo", "magrpo"), seeds=seeds)
+    described = l4([("search", idle, spec)])["by_study"]["search"]
+    assert described["magrpo"] == {"runs": 10, "median_share": 0.0, "median_share_updating": None}
+    assert described["srpo"]["median_share"] == 0.5 and described["srpo"]["median_share_updating"] == 0.5
+    partial = cells_from(lambda s, m, seed: 0.5, settings=("search-credit",), methods=("srpo",), seeds=(0,))
+    out = l4([("search", partial, spec)])
+    assert out["verdict"] == "not run yet" and out["by_study"]["search"]["srpo"]["runs"] == 1
 
 
 def test_degradation_by_level_counts_runs_by_hand(tmp_path):
