@@ -556,8 +556,8 @@ def markdown(a: dict[str, Any]) -> str:
     lines.append(f"| L4 reuse makes the clip act (median run's share of steps with clipping) | {h['verdict']} | {nums} |")
     if h.get("by_study"):
         lines += ["", "## L4 by study, r4 runs finished so far (descriptive)", "",
-                  "A step whose sets all had zero advantage updates nothing and counts as a step without clipping; "
-                  "the last column leaves those steps out.", "",
+                  ("A step whose sets all had zero advantage updates nothing and counts as a step without clipping; "
+                   "the last column leaves those steps out."), "",
                   "| study | method | runs | median share of steps with clipping | among steps that updated |",
                   "|---|---|---|---|---|"]
         for label, per in h["by_study"].items():
