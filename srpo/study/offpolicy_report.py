@@ -349,7 +349,8 @@ def l5(cells: Cells, spec, settings: Sequence[str] = ("math-mixed", "math-routed
 def secondary(cells: Cells, spec) -> dict[str, Any]:
     """Per (setting, method): held-out accuracy (mean over seeds), McNemar against the base model
     pooled over seeds, final training reward (mean of the last 3 steps), clip fraction, approx KL,
-    entropy and degenerate-group share (means over steps and seeds)."""
+    entropy and degenerate-group share (means over steps and seeds), and the share of steps that
+    updated anything (update/skipped_set_share < 1)."""
     out: dict[str, Any] = {}
     for s in spec.settings:
         for m in ["base"] + [m.name for m in spec.methods]:
@@ -371,6 +372,8 @@ def secondary(cells: Cells, spec) -> dict[str, Any]:
                                   ("degenerate_share", "adv/degenerate_share")):
                     vals = [r[key] for r in steps if key in r]
                     row[name] = statistics.fmean(vals) if vals else None
+                # share of training steps that updated anything (not every set had a zero advantage)
+                row["updating_steps"] = statistics.fmean(r.get("update/skipped_set_share", 0.0) < 1.0 for r in steps) if steps else None
             out.setdefault(s.name, {})[m] = row
     return out
 
@@ -582,14 +585,14 @@ def markdown(a: dict[str, Any]) -> str:
                              f"| {_pct(d['heldout_change'])} +- {sem} |")
     for study, per_setting in a["secondary"].items():
         lines += ["", f"## Secondary ({study})", "",
-                  "| setting | method | runs | held-out | vs base (points, 95% CI, McNemar p) | final reward | clip frac | approx KL | entropy | degenerate share |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "| setting | method | runs | held-out | vs base (points, 95% CI, McNemar p) | final reward | clip frac | approx KL | entropy | degenerate share | steps that updated |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for s, per in per_setting.items():
             for m, r in per.items():
                 vb = r.get("vs_base")
                 vs = f"{_pct(vb['diff'])} [{_pct(vb['low'])}, {_pct(vb['high'])}], p = {vb['p']:.3g}" if vb else "-"
                 cols = [f"{r[k]:.4g}" if r.get(k) is not None else "-" for k in
-                        ("final_reward", "clip_frac", "approx_kl", "entropy", "degenerate_share")]
+                        ("final_reward", "clip_frac", "approx_kl", "entropy", "degenerate_share", "updating_steps")]
                 lines.append(f"| {s} | {m} | {r['runs']} | {100 * r['accuracy']:.1f}% | {vs} | " + " | ".join(cols) + " |")
     if a.get("retrieval"):
         lines += retrieval_markdown(a["retrieval"])

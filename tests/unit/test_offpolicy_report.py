@@ -23,6 +23,7 @@ from srpo.study.offpolicy_report import (
     plot_degradation,
     plot_learning_curves,
     retrieval_markdown,
+    secondary,
     sign_flip_p,
 )
 from srpo.study.report import StudyRuns
@@ -259,3 +260,24 @@ def test_heldout_retrieval_refuses_episodes_that_are_not_search(tmp_path):
     (tmp_path / "srpo" / "seed0" / "eval" / "after.episodes.jsonl.gz").unlink()
     with pytest.raises(FileNotFoundError, match="without its held-out episodes"):
         heldout_retrieval(cells, (0,))
+
+
+def test_secondary_by_hand():
+    # srpo: 2 steps, one updated nothing (every set skipped); reward 0.2 then 0.4
+    def rows(s, m, seed):
+        return [{"loss": 0.0, "reward/mean": 0.2, "update/skipped_set_share": 1.0, "adv/degenerate_share": 1.0},
+                {"loss": 0.1, "reward/mean": 0.4, "update/skipped_set_share": 0.5, "adv/degenerate_share": 0.5,
+                 "clip/all/frac": 0.25}]
+    acc = {"base": 0.5, "srpo": 0.5 + 8 / N}
+    cells = cells_from(lambda s, m, seed: acc[m], rows_of=rows, settings=("search-credit",), methods=("srpo",),
+                       seeds=(0, 1))
+    spec = SimpleNamespace(settings=[SimpleNamespace(name="search-credit")], seeds=(0, 1),
+                           methods=[SimpleNamespace(name="srpo")])
+    row = secondary(cells, spec)["search-credit"]["srpo"]
+    assert row["runs"] == 2 and row["accuracy"] == pytest.approx(0.5 + 8 / N)
+    assert row["final_reward"] == pytest.approx(0.3)  # mean of the (up to) last 3 steps
+    assert row["clip_frac"] == 0.25  # over the steps that logged one
+    assert row["degenerate_share"] == pytest.approx(0.75)
+    assert row["updating_steps"] == 0.5
+    assert row["vs_base"]["diff"] == pytest.approx(8 / N)  # 8 more right of 64 in both seeds
+    assert "updating_steps" not in secondary(cells, spec)["search-credit"]["base"]
