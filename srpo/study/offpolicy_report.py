@@ -23,8 +23,8 @@ Tests (fixed before any run):
 - L5: set-ratio log-std and gradient norm by set size in math-mixed and math-routed: reported.
 
 Exploratory, over whatever cells are finished: held-out retrieval recall of the trained search
-runs (heldout_retrieval: added after seeds 0-1, not preregistered), degraded runs and held-out change against the
-base model per method and learning rate (a table and DIR/degradation_<study>.png), and the
+runs (heldout_retrieval: added after seeds 0-1, not preregistered), degraded runs and held-out
+change against the base model per method and learning rate (a table and DIR/degradation_<study>.png), and the
 training-reward learning curves per setting and level, mean over seeds +- one standard error
 (DIR/curves_<study>.png).
 
@@ -373,7 +373,8 @@ def secondary(cells: Cells, spec) -> dict[str, Any]:
                     vals = [r[key] for r in steps if key in r]
                     row[name] = statistics.fmean(vals) if vals else None
                 # share of training steps that updated anything (not every set had a zero advantage)
-                row["updating_steps"] = statistics.fmean(r.get("update/skipped_set_share", 0.0) < 1.0 for r in steps) if steps else None
+                skipped = [r["update/skipped_set_share"] for r in steps if "update/skipped_set_share" in r]
+                row["updating_steps"] = statistics.fmean(x < 1.0 for x in skipped) if skipped else None
             out.setdefault(s.name, {})[m] = row
     return out
 
