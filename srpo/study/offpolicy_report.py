@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from srpo.study.mechanism_report import holm
-from srpo.study.report import StudyRuns, load_runs
+from srpo.study.report import StudyRuns, cell_key, load_runs
 from srpo.study.spec import load_spec
 from srpo.train.episodes_log import read_records
 from srpo.train.stats import paired_comparison, wilson_interval
@@ -115,12 +115,10 @@ class Cells:
     """The finished cells of one study, keyed (setting, method, seed); base cells as 'base'."""
 
     def __init__(self, runs: StudyRuns, planned: Sequence[tuple[str, str, int]], output: str | Path | None = None):
-        self.results = {(c.setting, c.method or "base", c.seed): r for c, r, _ in runs.done}
+        self.results = {cell_key(c): r for c, r, _ in runs.done}
         # each finished cell's directory (its eval episodes), when the study's output folder is given
-        self.dirs = ({(c.setting, c.method or "base", c.seed): Path(c.directory(output)) for c, _, _ in runs.done}
-                     if output is not None else {})
-        self.rows = {(c.setting, c.method or "base", c.seed): [row for row in rows if "loss" in row]
-                     for c, _, rows in runs.done}
+        self.dirs = {cell_key(c): Path(c.directory(output)) for c, _, _ in runs.done} if output is not None else {}
+        self.rows = {cell_key(c): [row for row in rows if "loss" in row] for c, _, rows in runs.done}
         self.missing = ["/".join(map(str, k)) for k in planned if k not in self.results]
 
     def complete(self, keys: Sequence[tuple[str, str, int]]) -> bool:

@@ -77,7 +77,7 @@ def load_runs(spec: StudySpec) -> StudyRuns:
     return StudyRuns(done, missing)
 
 
-def _key(cell: Cell) -> tuple[str, str, int]:
+def cell_key(cell: Cell) -> tuple[str, str, int]:
     return (cell.setting, cell.method or "base", cell.seed)
 
 
@@ -92,7 +92,7 @@ def summarize(spec: StudySpec, runs: StudyRuns | None = None) -> dict[str, Any]:
     """The numbers behind the tables (also written as summary.json)."""
     runs = runs if runs is not None else load_runs(spec)
     # keyed (setting, method, seed); base cells under method "base"
-    results = {_key(c): r for c, r, _ in runs.done}
+    results = {cell_key(c): r for c, r, _ in runs.done}
     methods = [m.name for m in spec.methods]
     columns = (["base"] if spec.base_eval else []) + methods
     cells: dict[str, dict[str, Any]] = {}
@@ -147,7 +147,7 @@ def summarize(spec: StudySpec, runs: StudyRuns | None = None) -> dict[str, Any]:
                          for k in ("steps", "episodes", "members", "tokens_generated", "tokens_dropped",
                                    "train_seconds", "wall_seconds")}
     return {"spec": spec.name, "reference": ref, "cells": cells, "macro": macro, "paired": paired,
-            "budget": budget, "missing": ["/".join(map(str, _key(c))) for c in runs.missing]}
+            "budget": budget, "missing": ["/".join(map(str, cell_key(c))) for c in runs.missing]}
 
 
 def metric_table(spec: StudySpec, metrics: Sequence[str], runs: StudyRuns | None = None
