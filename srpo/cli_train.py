@@ -119,9 +119,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         # what a study reads from a base model's evaluation besides its accuracy)
         from srpo.train import episodes_log
 
-        def prompt_text(member) -> str:
-            return runner.backend.policies[member.policy].tokenizer.decode(member.prompt_ids, skip_special_tokens=False)
-
+        prompt_text = episodes_log.prompt_decoder(runner.backend.policies)
         episodes_log.write_records(eval_episodes_path(args.out),
                                    episodes_log.episode_records(episodes, step=0, prompt_text=prompt_text))
     print(result.summary())

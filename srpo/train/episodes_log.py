@@ -84,6 +84,14 @@ def kept_episodes(episodes: Sequence[Episode], limit: int | None) -> list[int]:
     return kept
 
 
+def prompt_decoder(policies: Any) -> Callable[[Member], str]:
+    """`episode_records`' prompt_text over a PolicySet: a member's prompt tokens decoded by its own
+    policy's tokenizer, special tokens (the chat template) included. The trainer and `srpo eval`
+    both log prompts this way."""
+    def prompt_text(member: Member) -> str:
+        return policies[member.policy].tokenizer.decode(member.prompt_ids, skip_special_tokens=False)
+    return prompt_text
+
 def episode_records(
     episodes: Sequence[Episode],
     *,

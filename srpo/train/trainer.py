@@ -79,7 +79,7 @@ from srpo.train.optim import build_optimizers, policy_parameters
 from srpo.train.preflight import preflight
 from srpo.train.progress import Bar, RunProgress
 from srpo.train.run_identity import RESUMABLE_FIELDS, resume_fingerprint
-from srpo.types import Episode, Member, Task
+from srpo.types import Episode, Task
 
 # What a run writes into its directory: a fresh run (resume=false) refuses a directory holding any.
 RUN_ARTIFACTS = ("metrics.jsonl", "checkpoints", "eval", "export", "episodes")
@@ -554,7 +554,7 @@ class Trainer:
         write_eval_json(self.run_dir / "eval" / f"{name}.json", result, label=label, step=self.step)
         episodes_log.write_records(
             self.run_dir / "eval" / f"{name}.episodes.jsonl.gz",
-            episodes_log.episode_records(episodes, step=self.step, prompt_text=self._prompt_text))
+            episodes_log.episode_records(episodes, step=self.step, prompt_text=episodes_log.prompt_decoder(self.policies)))
         barrier(self.dist)
         return result
 
@@ -666,10 +666,6 @@ class Trainer:
         barrier(self.dist)
         return result
 
-    def _prompt_text(self, member: Member) -> str:
-        """The prompt a member was conditioned on, decoded (chat template included)."""
-        return self.policies[member.policy].tokenizer.decode(member.prompt_ids, skip_special_tokens=False)
-
     def _keep_episodes(self, episodes: list[Episode], batch: FlatBatch, record: UpdateRecord,
                        skipped: list[bool]) -> None:
         """RUN/episodes/step-N.jsonl.gz: the step's episodes (a sample: srpo.train.episodes_log)."""
@@ -677,7 +673,7 @@ class Trainer:
         if limit == 0:
             return
         records = episodes_log.episode_records(
-            episodes, step=self.step, prompt_text=self._prompt_text, batch=batch, update=record,
+            episodes, step=self.step, prompt_text=episodes_log.prompt_decoder(self.policies), batch=batch, update=record,
             skipped=skipped, keep=episodes_log.kept_episodes(episodes, limit))
         episodes_log.write_records(episodes_log.step_file(self.run_dir, self.step), records)
 
