@@ -212,7 +212,8 @@ def l3(cells: Cells | None, seeds: Sequence[int], setting: str = "search-credit"
     p = sign_flip_p(diffs)
     mean_diff = statistics.fmean(diffs)
     verdict = "undecided" if p >= ALPHA else ("supported" if mean_diff > 0 else "refuted")
-    return {"pairs": len(diffs), "mean_diff": mean_diff, "p": p, "diffs": diffs, "verdict": verdict}
+    return {"pairs": len(diffs), "mean_diff": mean_diff, "p": p, "diffs": diffs, "verdict": verdict,
+            "srpo_higher": sum(d > 0 for d in diffs), "ties": sum(d == 0 for d in diffs)}
 
 
 RETRIEVAL_METRICS = ("recall_at_k", "retrieval_credit_r1", "retrieval_credit_r2")
@@ -551,7 +552,8 @@ def markdown(a: dict[str, Any]) -> str:
         nums = h["cells"]
     lines.append(f"| L2 SRPO degrades more often than GRPO, MAGRPO (s) | {h['verdict']} | {nums} |")
     h = a["L3"]
-    nums = (f"mean {_pct(h['mean_diff'])} EM points over {h['pairs']} seeds, p = {h['p']:.3g}" if "p" in h else h["cells"])
+    nums = (f"mean {_pct(h['mean_diff'])} EM points over {h['pairs']} seeds (SRPO higher in {h['srpo_higher']}, "
+            f"ties {h['ties']}), p = {h['p']:.3g}" if "p" in h else h["cells"])
     lines.append(f"| L3 SRPO beats MAGRPO on search-credit (r4) | {h['verdict']} | {nums} |")
     h = a["L4"]
     nums = (", ".join(f"{m} {v:.2f}" for m, v in h["median_share"].items()) if "median_share" in h else h["cells"])

@@ -125,6 +125,15 @@ def test_l3_and_l4():
                        methods=("srpo", "grpo", "magrpo"), seeds=seeds)
     out = l3(cells, seeds)
     assert out["verdict"] == "supported" and out["p"] == 2 / 2**10
+    assert out["srpo_higher"] == 10 and out["ties"] == 0
+    # at the floor: 3 seeds SRPO one question up, 1 seed down, 6 tied -> undecided; the sign-flip
+    # p by hand: |sum| >= 2/64 in 2^10 flips of (+,+,+,-) and 6 zeros: 2^6 x #{signs of 4 with
+    # |sum| >= 2} = 2^6 x 10 -> 640 / 1024
+    floor = cells_from(lambda s, m, seed: (1 / 64 if (m == "srpo") == (seed < 3) else 0.0) if seed < 4 else 0.0,
+                       settings=("search-credit",), methods=("srpo", "magrpo"), seeds=seeds)
+    out = l3(floor, seeds)
+    assert (out["srpo_higher"], out["ties"], out["verdict"]) == (3, 6, "undecided")
+    assert out["p"] == pytest.approx(640 / 1024)
     assert l3(None, seeds)["verdict"] == "not run yet"
 
     # 4 training steps (a row without a loss is not one): two clipped, one updated without
