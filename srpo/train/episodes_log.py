@@ -92,6 +92,7 @@ def prompt_decoder(policies: Any) -> Callable[[Member], str]:
         return policies[member.policy].tokenizer.decode(member.prompt_ids, skip_special_tokens=False)
     return prompt_text
 
+
 def episode_records(
     episodes: Sequence[Episode],
     *,
