@@ -74,6 +74,11 @@ def sign_flip_p(diffs: Sequence[float]) -> float:
     return hits / 2**n
 
 
+def sign_counts(diffs: Sequence[float]) -> tuple[int, int]:
+    """(pairs where SRPO is higher, tied pairs) of paired differences SRPO minus the other."""
+    return sum(d > 0 for d in diffs), sum(d == 0 for d in diffs)
+
+
 def fisher_one_sided(a_bad: int, a_n: int, b_bad: int, b_n: int, *, a_more: bool) -> float:
     """One-sided Fisher exact p: A has more (a_more) / fewer bad runs than B."""
     from scipy.stats import fisher_exact
@@ -153,9 +158,9 @@ def l1(cells: Cells, seeds: Sequence[int]) -> dict[str, Any]:
         diffs = [cells.accuracy((s, "srpo", seed)) - cells.accuracy((s, b, seed)) for s in MATH_SETTINGS for seed in seeds]
         p = sign_flip_p(diffs)
         ps.append(p)
+        higher, ties = sign_counts(diffs)
         out["comparisons"][b] = {"pairs": len(diffs), "mean_diff": statistics.fmean(diffs), "p": p,
-                                 "srpo_higher_pairs": sum(d > 0 for d in diffs), "ties": sum(d == 0 for d in diffs),
-                                 "diffs": diffs}
+                                 "srpo_higher_pairs": higher, "ties": ties, "diffs": diffs}
     for b, p in zip(L1_BASELINES, holm(ps)):
         out["comparisons"][b]["p_holm"] = p
     sig = {b: c["p_holm"] < ALPHA for b, c in out["comparisons"].items()}
@@ -212,8 +217,9 @@ def l3(cells: Cells | None, seeds: Sequence[int], setting: str = "search-credit"
     p = sign_flip_p(diffs)
     mean_diff = statistics.fmean(diffs)
     verdict = "undecided" if p >= ALPHA else ("supported" if mean_diff > 0 else "refuted")
+    higher, ties = sign_counts(diffs)
     return {"pairs": len(diffs), "mean_diff": mean_diff, "p": p, "diffs": diffs, "verdict": verdict,
-            "srpo_higher": sum(d > 0 for d in diffs), "ties": sum(d == 0 for d in diffs)}
+            "srpo_higher": higher, "ties": ties}
 
 
 RETRIEVAL_METRICS = ("recall_at_k", "retrieval_credit_r1", "retrieval_credit_r2")
@@ -263,8 +269,9 @@ def heldout_retrieval(cells: Cells, seeds: Sequence[int], setting: str = "search
         out["diff"] = {}
         for k in RETRIEVAL_METRICS:
             diffs = [per_run[a][seed][k] - per_run[b][seed][k] for seed in paired]
+            higher, ties = sign_counts(diffs)
             out["diff"][k] = {"mean_diff": statistics.fmean(diffs), "p": sign_flip_p(diffs),
-                              "higher": sum(d > 0 for d in diffs), "ties": sum(d == 0 for d in diffs)}
+                              "higher": higher, "ties": ties}
     return out
 
 
