@@ -185,7 +185,7 @@ def build_backend(cfg: Config, policies: PolicySet) -> Any:
                                   record_logprobs=r.record_logprobs)
     return HFGenerateBackend(policies, max_batch_size=r.max_batch_size,
                              record_logprobs=r.record_logprobs, sampler=r.sampler,
-                             share_prefill=r.share_prefill)
+                             share_prefill=r.share_prefill is not False)  # None: on (the schema's note)
 
 
 def build_rollout(cfg: Config, *, workflow: str | None = None,

@@ -282,9 +282,9 @@ class RolloutConfig(_Section):
     ct2_threads: int | None = None  # CTranslate2 CPU threads (None = torch's thread count)
     # hf: prefill each distinct prompt of a generate batch once and copy its KV cache to the rows
     # that repeat it (G rollouts of a task, debaters of one role). Same tokens and log-probs up to
-    # float rounding; off by default until the LLM off-policy study, which runs without it, is
-    # complete (docs/training.md); the default job turns it on
-    share_prefill: bool = False
+    # float rounding (docs/training.md). None (the default): on where the backend has such a step
+    # (hf), nothing elsewhere; true with another backend is an error, not a setting ignored
+    share_prefill: bool | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Self:

@@ -115,12 +115,20 @@ def test_the_setting_reaches_the_hf_backend_and_is_refused_elsewhere():
     from pathlib import Path
 
     from srpo.build import build_backend
-    from srpo.config import ConfigError, load_config
+    from srpo.config import Config, ConfigError, from_dict, load_config, to_dict
 
     smoke = Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml"
     model, tokenizer = build_tiny_model(seed=0)
     policies = PolicySet.shared(model, tokenizer)
-    assert build_backend(load_config(smoke), policies).share_prefill is False
+    assert load_config(smoke).rollout.share_prefill is None  # the default: on where the backend can
+    assert build_backend(load_config(smoke), policies).share_prefill is True
+    assert build_backend(load_config(smoke, ["rollout.share_prefill=false"]), policies).share_prefill is False
     assert build_backend(load_config(smoke, ["rollout.share_prefill=true"]), policies).share_prefill is True
     with pytest.raises(ConfigError, match="rollout.share_prefill is a setting of the hf backend"):
         load_config(smoke, ["rollout.share_prefill=true", "rollout.backend=ctranslate2"])
+    # the default and an explicit false are both fine with ctranslate2 (it has no shared prefill),
+    # and a resolved config written by a run loads again (a run's config.yaml, resume)
+    for extra in ([], ["rollout.share_prefill=false"]):
+        cfg = load_config(smoke, ["rollout.backend=ctranslate2", *extra])
+        again = from_dict(Config, to_dict(cfg))
+        assert again.rollout.share_prefill == cfg.rollout.share_prefill
