@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from srpo.jsonl import dumps_line
 from srpo.types import Episode
 
 
@@ -53,7 +53,7 @@ def write_jsonl(episodes: Iterable[Episode], path: str | Path, *, with_ids: bool
     n = 0
     with path.open("w", encoding="utf-8") as f:
         for ep in episodes:
-            f.write(json.dumps(episode_to_dict(ep, with_ids=with_ids), ensure_ascii=False,
-                               default=str) + "\n")
+            # any generated character, one line each (srpo.jsonl); NaN stays allowed here, as before
+            f.write(dumps_line(episode_to_dict(ep, with_ids=with_ids), default=str, allow_nan=True))
             n += 1
     return n

@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from srpo.config import to_dict
+from srpo.jsonl import loads_lines
 from srpo.study.spec import StudySpec
 from srpo.train.checkpoint import config_fingerprint, latest_checkpoint
 from srpo.train.run_identity import result_fingerprint
@@ -111,7 +112,7 @@ def read_metrics(path: Path) -> list[dict[str, float]]:
     """metrics.jsonl rows, one per logged step (evaluation rows included)."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return loads_lines(path.read_text(encoding="utf-8"), str(path))  # "\n" only: srpo.jsonl
 
 
 def code_version() -> str:

@@ -30,6 +30,7 @@ import json
 import math
 import os
 import re
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from typing import Any
 import torch
 
 from srpo.batch import FlatBatch
+from srpo.jsonl import dumps_line, split_lines
 from srpo.objective.methods import SetUpdateState
 from srpo.rollout.records import episode_to_dict
 from srpo.types import Episode, Member
@@ -151,7 +153,7 @@ def write_records(path: Path, records: Iterable[dict[str, Any]]) -> Path:
     tmp = path.with_name(path.name + ".tmp")
     with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=6) as f:
         for rec in records:
-            f.write(json.dumps(rec, ensure_ascii=False, default=str, allow_nan=False) + "\n")
+            f.write(dumps_line(rec, default=str))  # any generated character: srpo.jsonl
     os.replace(tmp, path)
     return path
 
@@ -185,10 +187,13 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     try:
         with gzip.open(path, "rt", encoding="utf-8") as f:
             text = f.read()
-    except (OSError, EOFError, UnicodeDecodeError) as e:
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as e:  # zlib.error: damage mid-stream
         raise ValueError(f"{path} is not a readable gzip JSONL file ({e})") from None
     out = []
-    for i, line in enumerate(text.splitlines()):
+    lines, tail = split_lines(text)  # "\n" only: str.splitlines() also breaks at U+2028 etc.
+    if tail:  # files are written whole and renamed: text after the last newline is damage
+        raise ValueError(f"{path}: its last line {len(lines) + 1} has no newline (the file is damaged)")
+    for i, line in enumerate(lines):
         try:
             rec = json.loads(line)
         except ValueError as e:

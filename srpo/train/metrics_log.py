@@ -30,6 +30,8 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Any, Mapping
 
+from srpo.jsonl import dumps_line, split_lines
+
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
 _NONFINITE = "_nonfinite"
@@ -54,7 +56,7 @@ def _parse(text: str, path: Path) -> tuple[list[dict[str, Any]], int]:
     line cut by a kill mid-write: it is left out with a warning. A bad complete line is
     corruption and raises.
     """
-    *lines, tail = text.split("\n")
+    lines, tail = split_lines(text)  # "\n" only (srpo.jsonl)
     if tail:
         warnings.warn(
             f"{path}: ignoring its truncated last line {len(lines) + 1} ({tail[:60]!r}); the run "
@@ -184,7 +186,7 @@ class MetricsLogger:
                 self._count_nonfinite(key, value, step)
         if nonfinite:
             record[_NONFINITE] = nonfinite
-        self._file.write(json.dumps(record, allow_nan=False) + "\n")
+        self._file.write(dumps_line(record))
         self._file.flush()
         os.fsync(self._file.fileno())
         self._last_step = step
@@ -223,7 +225,7 @@ class MetricsLogger:
         kept = [r for r in records if r["step"] < step or (r["step"] == step and not redone(_decode(dict(r))))]
         tmp = self.path.with_name(f".{METRICS_FILE}.tmp-{os.getpid()}")
         with open(tmp, "w") as f:
-            f.writelines(json.dumps(r, allow_nan=False) + "\n" for r in kept)
+            f.writelines(dumps_line(r) for r in kept)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)

@@ -23,6 +23,7 @@ import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from srpo.jsonl import dumps_line
 from srpo.tasks.records_io import iter_jsonl
 from srpo.tasks.search.records import Document
 
@@ -72,7 +73,7 @@ def corpus_hash(documents: Sequence[Document]) -> str:
     h = hashlib.sha256()
     for doc in documents:
         line = json.dumps([doc.doc_id, doc.title, doc.text], ensure_ascii=False)
-        h.update(line.encode("utf-8"))
+        h.update(line.encode("utf-8", "surrogatepass"))  # a lone surrogate hashes too
         h.update(b"\n")
     return h.hexdigest()
 
@@ -132,7 +133,7 @@ def write_corpus_jsonl(documents: Iterable[Document], path: str | Path) -> Path:
     with path.open("w", encoding="utf-8") as f:
         for doc in docs:
             record = {"id": doc.doc_id, "title": doc.title, "text": doc.text}
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+            f.write(dumps_line(record))  # srpo.jsonl: any character, one line
     return path
 
 

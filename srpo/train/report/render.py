@@ -12,6 +12,8 @@ import json
 from importlib import resources
 from typing import Any
 
+from srpo.jsonl import escape_unsafe
+
 _MARKERS = ("/*TITLE*/", "/*CSS*/", "/*PLOTLY*/", "/*DATA*/", "/*APP*/")
 
 
@@ -30,7 +32,7 @@ def data_json(data: dict[str, Any]) -> str:
     """The data as JSON safe inside <script type="application/json">: '<' is escaped as \\u003c,
     so no model output can close the element or open a comment."""
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str)
-    return text.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    return escape_unsafe(text).replace("<", "\\u003c")  # U+2028/9, U+0085, lone surrogates
 
 
 def render_html(data: dict[str, Any]) -> str:
