@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from srpo.batch import FlatBatch, build_flat_batch, pack_sets, split_sets
 from srpo.config import Config, to_dict
@@ -79,6 +78,7 @@ from srpo.train.optim import build_optimizers, policy_parameters
 from srpo.train.preflight import preflight
 from srpo.train.progress import Bar, RunProgress
 from srpo.train.run_identity import RESUMABLE_FIELDS, resume_fingerprint
+from srpo.train.run_dir import RunLock, check_config_file, write_config
 from srpo.types import Episode, Task
 
 # What a run writes into its directory: a fresh run (resume=false) refuses a directory holding any.
@@ -173,6 +173,18 @@ class Trainer:
             raise ValueError("resume=true needs the run's actual output_dir, not a {time} template")
         self.run_dir = Path(broadcast_from_main(self.dist, run_dir))
         self.cfg = cfg = cfg.model_copy(update={"output_dir": str(self.run_dir)})
+        # one writer per run directory, from before anything in it is read until train() ends
+        self._run_lock = RunLock.acquire(self.run_dir) if self.dist.is_main else None
+        try:
+            if self.dist.is_main:
+                check_config_file(self.run_dir)
+            self._set_up(cfg, policies)
+        except BaseException:
+            self.release_run_dir()
+            raise
+
+    def _set_up(self, cfg: Config, policies: PolicySet | None) -> None:
+        t = cfg.train
         self.fingerprint = fingerprint_of(cfg)
         if t.threads:
             torch.set_num_threads(t.threads)
@@ -204,6 +216,11 @@ class Trainer:
         self.step = 0
         # bars on rank 0's terminal only; plain lines otherwise (srpo.train.progress)
         self.progress = RunProgress(enabled=None if self.dist.is_main else False)
+
+    def release_run_dir(self) -> None:
+        """Let another process write this run directory (train() does it when it ends)."""
+        if self._run_lock is not None:
+            self._run_lock.release()
 
     # ------------------------------------------------------------------ setup helpers
 
@@ -565,13 +582,16 @@ class Trainer:
             import transformers
 
             transformers.utils.logging.disable_progress_bar()
-        with self.progress:
-            result = self._train()
-        if self.dist.is_main and self.cfg.checkpoint.report:
-            from srpo.train.report import write_report
+        try:
+            with self.progress:
+                result = self._train()
+            if self.dist.is_main and self.cfg.checkpoint.report:
+                from srpo.train.report import write_report
 
-            path = write_report(self.run_dir)
-            print(f"report: {path}", flush=True)
+                path = write_report(self.run_dir)
+                print(f"report: {path}", flush=True)
+        finally:
+            self.release_run_dir()
         return result
 
     def _train(self) -> TrainResult:
@@ -582,8 +602,7 @@ class Trainer:
             loaded = load_checkpoint(self._resume_from, self._state(), files_verified=True)
             self.step = int(loaded.data_state["next_step"])
         if main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+            write_config(self.run_dir, to_dict(cfg))
         logger = _NoLogger()
         if main:
             logger = MetricsLogger(self.run_dir, tensorboard=cfg.checkpoint.tensorboard,

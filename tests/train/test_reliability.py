@@ -189,10 +189,25 @@ def test_eval_of_a_run_directory_says_what_it_evaluates_and_checks_the_export(tm
 # ---------------------------------------------------------------- crash test
 
 
+def _logged_lines(run: Path) -> int:
+    try:
+        return (run / "metrics.jsonl").read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
 def test_random_kills_of_a_real_training_process_lose_nothing(tmp_path):
     """SIGKILL a real `srpo train` process at random moments (seeded) until it finishes, resuming
     each time; after every kill each complete checkpoint verifies, and at the end every step and
-    evaluation is logged once and the metrics equal an uninterrupted run's."""
+    evaluation is logged once and the metrics equal an uninterrupted run's.
+
+    A moment is drawn as a point of the run's progress, not as seconds (a fast machine finished
+    the run before seconds-drawn kills came): a number of logged lines to wait for (0: during
+    start-up and the first evaluation; all train lines: during the final evaluation, plots and
+    export), then a random delay. A run that ends before its kill is resumed again (resuming a
+    finished run redoes its final evaluation and export), until KILLS kills have landed.
+    """
+    KILLS = 5
     rng = random.Random(7)
     common = [*QUIET, "train.steps=5", "eval.size=4", "checkpoint.every=1", "checkpoint.keep_last=2"]
     cmd = [sys.executable, "-m", "srpo.cli", "train", SMOKE]
@@ -200,25 +215,33 @@ def test_random_kills_of_a_real_training_process_lose_nothing(tmp_path):
     reference = tmp_path / "reference"
     subprocess.run([*cmd, f"output_dir={reference}", *common], check=True, env=env, capture_output=True,
                    timeout=120)
+    lines = len(_rows(reference))  # before-eval, 5 steps, after-eval
     run = tmp_path / "run"
-    kills, deadline = 0, time.monotonic() + 150
+    kills, attempts = 0, 0
     resume: list[str] = []
     while True:
+        attempts += 1
+        assert attempts < 4 * KILLS, "the runs kept ending before their kills"
         proc = subprocess.Popen([*cmd, f"output_dir={run}", *common, *resume], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         resume = ["resume=true"]
-        try:
-            # startup takes ~2-3 s, a step well under a second: kill anywhere from import to export
-            proc.wait(timeout=rng.uniform(1.5, 7.0) if kills < 8 and time.monotonic() < deadline else 120)
+        if kills >= KILLS:  # the last attempt runs to its end
+            proc.wait(timeout=120)
             assert proc.returncode == 0, proc.stderr.read().decode()[-2000:]
             break
+        target, delay = rng.randint(0, lines - 1), rng.uniform(0.0, 2.5)
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and _logged_lines(run) < target and time.monotonic() < deadline:
+            time.sleep(0.02)
+        try:
+            proc.wait(timeout=delay)
+            assert proc.returncode == 0, proc.stderr.read().decode()[-2000:]  # ended first: resume again
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
             kills += 1
         for ckpt in list_checkpoints(run):
             verify_checkpoint(ckpt)  # a kill never leaves a complete checkpoint with bad files
-    assert kills >= 3
     rows = _rows(run)
     train_steps = [r["step"] for r in rows if "loss" in r]
     assert train_steps == [1, 2, 3, 4, 5]

@@ -1,0 +1,136 @@
+"""A run directory's rules: one writer at a time, and a config file the run must not destroy.
+
+    lock = RunLock.acquire(run_dir)      # RunDirectoryBusy names the holder's pid if it is taken
+    ...                                  # the run writes its files
+    lock.release()                       # or the process ends: the kernel releases it
+
+One writer. Two processes writing one directory interleave their metrics lines, rename each
+other's temporary checkpoints and log every step twice. A run therefore holds an exclusive
+`flock` on `RUN/.srpo.lock` for its whole life (taken before it reads or writes anything in the
+directory, so a late `resume=true` is refused too). The kernel drops the lock when the process
+dies, however it dies, so a killed run never leaves it stuck: the next `resume=true` takes it at
+once. The file itself stays (it only holds the last holder's pid, for the message). flock is
+advisory and local: processes on other machines sharing the directory over NFS are not excluded.
+
+The run's config. A run writes its resolved config to `RUN/config.yaml` (`srpo train RUN`
+reads it back). When that file is one a person wrote (comments, their own layout), the run
+would replace it and lose them; `check_config_file` refuses that instead.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+LOCK_FILE = ".srpo.lock"
+CONFIG_FILE = "config.yaml"
+
+
+class RunDirectoryBusy(ValueError):
+    """Another live process holds the run directory's lock."""
+
+
+class RunLock:
+    """An exclusive, kernel-released lock on one run directory (see the module docstring)."""
+
+    def __init__(self, path: Path, fd: int):
+        self.path, self._fd = path, fd
+
+    @classmethod
+    def acquire(cls, run_dir: str | Path) -> RunLock:
+        """Lock `run_dir` (created if missing) or raise RunDirectoryBusy naming the holder."""
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        path = run_dir / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            raise RunDirectoryBusy(
+                f"{run_dir} is in use by another srpo process ({_holder(path)}): one process "
+                f"writes a run directory at a time; wait for it to end (a killed one frees it at "
+                f"once) or choose another output_dir"
+            ) from None
+        # the holder's pid, for the message above; written after the lock so no other holder races it
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        return cls(path, fd)
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        """Unlock (idempotent). The lock file stays: the next holder overwrites its pid."""
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __del__(self) -> None:  # a Trainer dropped without train(): free the directory
+        self.release()
+
+
+def _holder(path: Path) -> str:
+    try:
+        pid = path.read_text().strip()
+    except OSError:
+        pid = ""
+    return f"pid {pid}" if pid.isdigit() else "pid unknown"
+
+
+def _is_srpo_written(text: str) -> bool:
+    """True for a config.yaml srpo wrote: exactly `yaml.safe_dump` of its own content, so
+    rewriting it loses nothing (no comments, no layout of a person's)."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return False
+    return isinstance(data, dict) and yaml.safe_dump(data, sort_keys=False) == text
+
+
+# a config.yaml above this size is not one srpo wrote (a resolved config is a few KB)
+_MAX_WRITTEN_CONFIG_BYTES = 1 << 20
+
+
+def check_config_file(run_dir: str | Path) -> None:
+    """Refuse a run that would overwrite a hand-written RUN/config.yaml (e.g. `srpo train RUN`
+    with a config file whose output_dir is its own folder): its comments would be lost."""
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        return
+    if path.stat().st_size <= _MAX_WRITTEN_CONFIG_BYTES:
+        try:
+            if _is_srpo_written(path.read_text(encoding="utf-8")):
+                return
+        except (OSError, UnicodeDecodeError):
+            pass
+    raise ValueError(
+        f"{path} was not written by srpo (it has comments or its own layout), and this run would "
+        f"replace it with its resolved config: keep your config outside the output_dir (e.g. "
+        f"configs/), or set another output_dir"
+    )
+
+
+def write_config(run_dir: str | Path, config: dict[str, Any]) -> Path:
+    """RUN/config.yaml, the resolved config, written atomically (a kill or a full disk leaves
+    the previous file, never half of one: `srpo train RUN resume=true` reads it)."""
+    path = Path(run_dir) / CONFIG_FILE
+    tmp = path.with_name(f".{CONFIG_FILE}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(yaml.safe_dump(config, sort_keys=False))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path

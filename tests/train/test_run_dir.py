@@ -1,0 +1,146 @@
+"""One writer per run directory, and a run that never destroys a config a person wrote.
+
+Real `srpo train` processes: two started together on one output_dir (one runs, the other is
+refused in one line naming the directory and the holder's pid, and the log has every step once);
+a late `resume=true` while the run goes on; a SIGKILLed holder, whose lock the kernel frees.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from srpo.config import load_config
+from srpo.train.run_dir import LOCK_FILE, RunDirectoryBusy, RunLock, check_config_file, write_config
+from srpo.train.trainer import Trainer
+
+REPO = Path(__file__).resolve().parents[2]
+SMOKE = str(REPO / "configs" / "smoke.yaml")
+QUIET = ["checkpoint.plots=false", "checkpoint.tensorboard=false", "train.threads=1",
+         "checkpoint.report=false"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+CMD = [sys.executable, "-m", "srpo.cli", "train", SMOKE]
+
+
+def _steps(run: Path) -> list[int]:
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().split("\n") if x]
+    return [r["step"] for r in rows if "loss" in r]
+
+
+def _start(run: Path, *overrides: str) -> subprocess.Popen:
+    return subprocess.Popen([*CMD, f"output_dir={run}", *QUIET, *overrides], env=ENV,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _refusal(proc: subprocess.Popen, run: Path, holder: int) -> None:
+    """proc was refused: exit 2, one line naming the directory and the holder's pid."""
+    err = proc.stderr.read()
+    assert proc.returncode == 2, err[-2000:]
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert str(run) in lines[0] and f"pid {holder}" in lines[0] and "in use" in lines[0], lines[0]
+
+
+def test_two_runs_started_together_on_one_directory_one_runs_the_other_is_refused(tmp_path):
+    run = tmp_path / "dup"
+    common = ["train.steps=6", "eval.size=4", "checkpoint.every=2"]
+    a, b = _start(run, *common), _start(run, *common, "seed=1")
+    for p in (a, b):
+        p.wait(timeout=180)
+    (winner,) = [p for p in (a, b) if p.returncode == 0]
+    (loser,) = [p for p in (a, b) if p is not winner]
+    _refusal(loser, run, winner.pid)
+    assert _steps(run) == [1, 2, 3, 4, 5, 6]  # every step once, from one run
+    assert yaml.safe_load((run / "config.yaml").read_text())["seed"] == (0 if winner is a else 1)
+
+
+def test_a_late_resume_while_the_run_goes_on_is_refused_and_changes_nothing(tmp_path):
+    run = tmp_path / "run"
+    first = _start(run, "train.steps=40", "eval.size=4", "checkpoint.every=1")
+    deadline = time.monotonic() + 120
+    while not (run / "checkpoints").is_dir() and time.monotonic() < deadline:
+        time.sleep(0.2)  # resume=true needs something to resume: wait for a checkpoint
+    assert first.poll() is None, "the first run ended before the test could overlap it"
+    late = _start(run, "train.steps=40", "eval.size=4", "checkpoint.every=1", "resume=true")
+    late.wait(timeout=120)
+    still_running = first.poll() is None
+    first.wait(timeout=300)
+    assert still_running, "the first run ended before the late resume was refused"
+    _refusal(late, run, first.pid)
+    assert first.returncode == 0, first.stderr.read()[-2000:]
+    assert _steps(run) == list(range(1, 41))
+
+
+def test_a_killed_holder_never_leaves_the_directory_locked(tmp_path):
+    run = tmp_path / "run"
+    proc = _start(run, "train.steps=40", "eval.size=4", "checkpoint.every=1")
+    deadline = time.monotonic() + 120
+    while not (run / "checkpoints").is_dir() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert (run / LOCK_FILE).read_text().strip() == str(proc.pid)  # the file stays, the lock does not
+    again = _start(run, "train.steps=40", "eval.size=4", "checkpoint.every=1", "resume=true")
+    again.wait(timeout=300)
+    assert again.returncode == 0, again.stderr.read()[-2000:]
+    assert _steps(run) == list(range(1, 41))
+
+
+# ---------------------------------------------------------------- in one process
+
+
+def test_the_lock_is_exclusive_until_released(tmp_path):
+    lock = RunLock.acquire(tmp_path / "r")
+    with pytest.raises(RunDirectoryBusy, match=rf"in use by another srpo process \(pid {os.getpid()}\)"):
+        RunLock.acquire(tmp_path / "r")
+    lock.release()
+    lock.release()  # idempotent
+    RunLock.acquire(tmp_path / "r").release()
+
+
+def test_a_trainer_that_refuses_its_directory_releases_it(tmp_path):
+    run = tmp_path / "run"
+    Trainer(load_config(SMOKE, [f"output_dir={run}", *QUIET, "train.steps=1", "eval.size=0",
+                                "checkpoint.export=false"])).train()
+    with pytest.raises(ValueError, match="already holds a run"):
+        Trainer(load_config(SMOKE, [f"output_dir={run}", *QUIET, "train.steps=1"]))
+    RunLock.acquire(run).release()  # not left held by the refused trainer
+
+
+def test_a_trainer_holds_its_directory_until_train_ends(tmp_path):
+    run = tmp_path / "run"
+    trainer = Trainer(load_config(SMOKE, [f"output_dir={run}", *QUIET, "train.steps=1", "eval.size=0",
+                                          "checkpoint.export=false"]))
+    with pytest.raises(RunDirectoryBusy):
+        RunLock.acquire(run)
+    trainer.train()
+    RunLock.acquire(run).release()
+
+
+def test_a_hand_written_config_in_the_output_dir_is_never_overwritten(tmp_path, capsys):
+    from srpo.cli import main
+
+    run = tmp_path / "exp"
+    run.mkdir()
+    text = f"# my experiment: keep this comment\noutput_dir: {run}\ntrain:\n  steps: 1\n"
+    (run / "config.yaml").write_text(text)
+    assert main(["train", str(run), *QUIET, "eval.size=0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "config.yaml was not written by srpo" in err, err
+    assert (run / "config.yaml").read_text() == text
+
+
+def test_a_config_srpo_wrote_is_rewritten_on_resume(tmp_path):
+    cfg = {"output_dir": "x", "train": {"steps": 2}, "note": "é\u2028"}
+    write_config(tmp_path, cfg)
+    check_config_file(tmp_path)  # srpo's own: no refusal
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text()) == cfg
+    assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]  # no temporary file left
