@@ -586,13 +586,23 @@ class Trainer:
             with self.progress:
                 result = self._train()
             if self.dist.is_main and self.cfg.checkpoint.report:
-                from srpo.train.report import write_report
-
-                path = write_report(self.run_dir)
-                print(f"report: {path}", flush=True)
+                self._write_report()
         finally:
             self.release_run_dir()
         return result
+
+    def _write_report(self) -> None:
+        """RUN/report.html. A run directory the report cannot read (a file damaged after it was
+        written) does not undo a finished run: one line says why, and `srpo report RUN` retries."""
+        import sys
+
+        from srpo.train.report import ReportError, write_report
+
+        try:
+            print(f"report: {write_report(self.run_dir)}", flush=True)
+        except ReportError as e:
+            print(f"report: not written ({e}); the run itself is complete: fix the file and run "
+                  f"`srpo report {self.run_dir}`", file=sys.stderr, flush=True)
 
     def _train(self) -> TrainResult:
         cfg, t = self.cfg, self.cfg.train

@@ -144,3 +144,20 @@ def test_a_config_srpo_wrote_is_rewritten_on_resume(tmp_path):
     check_config_file(tmp_path)  # srpo's own: no refusal
     assert yaml.safe_load((tmp_path / "config.yaml").read_text()) == cfg
     assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]  # no temporary file left
+
+
+def test_a_report_that_cannot_be_made_does_not_fail_a_finished_run(tmp_path, monkeypatch, capsys):
+    import srpo.train.report as report
+    from srpo.train.report import ReportError
+
+    def damaged(run_dir):
+        raise ReportError(f"{run_dir}/episodes/step-000001.jsonl.gz is not a readable gzip JSONL file")
+
+    monkeypatch.setattr(report, "collect_run", damaged)
+    run = tmp_path / "run"
+    result = Trainer(load_config(SMOKE, [f"output_dir={run}", *QUIET[:-1], "train.steps=1", "eval.size=0",
+                                         "checkpoint.export=false"])).train()
+    assert result.steps_done == 1
+    err = capsys.readouterr().err
+    assert "report: not written (" in err and f"srpo report {run}" in err, err
+    assert not (run / "report.html").exists()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
 
@@ -111,3 +112,23 @@ def test_report_data_embeds_any_string():
     assert "<" not in text and "\u2028" not in text and "\x85" not in text
     text.encode("utf-8")
     assert json.loads(text) == {"t": ALL, "s": "</script><!--"}
+
+
+def test_an_episodes_file_damaged_mid_stream_is_one_line_from_srpo_report(tmp_path, capsys):
+    from srpo.cli import main
+    from srpo.config import load_config
+    from srpo.train.trainer import Trainer
+
+    run = tmp_path / "run"
+    Trainer(load_config(str(Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml"), [f"output_dir={run}", "train.steps=2", "eval.size=0",
+                                               "train.threads=1", "checkpoint.plots=false",
+                                               "checkpoint.tensorboard=false", "checkpoint.export=false"])).train()
+    path = episodes_log.step_file(run, 1)
+    data = bytearray(path.read_bytes())
+    for i in range(len(data) // 2, len(data) // 2 + 32):  # deflate damage inside the stream, not the header
+        data[i] ^= 0x5A
+    path.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(["report", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{path} is not a readable gzip JSONL file" in err, err
