@@ -12,8 +12,15 @@ from pydantic import BaseModel, ValidationError
 
 
 class ConfigError(ValueError):
-    """A config value is missing, unknown or of the wrong type; the message names its key."""
+    """A config value is missing, unknown or of the wrong type; the message names its key.
 
+    The message is kept on one line (a library's multi-line text folded into it): the command
+    line prints a ConfigError as one line on stderr, the whole answer to a bad config."""
+
+    def __init__(self, message: Any = "", *args: Any) -> None:
+        if isinstance(message, str):
+            message = " ".join(part.strip() for part in message.splitlines() if part.strip())
+        super().__init__(message, *args)
 
 
 def _declared(tp: Any) -> Any:
@@ -82,6 +89,8 @@ def _error_message(cls: Any, error: Mapping[str, Any]) -> str:
         return f"{key} must be true or false, got {value!r}"
     if kind in ("model_type", "model_attributes_type"):
         return f"{key} must be a mapping (section {error['ctx']['class_name']}), got {value!r}"
+    if kind == "finite_number":
+        return f"{key} must be a finite number, got {value!r}"
     if kind in _MUST_BE:
         return f"{key} must be {_MUST_BE[kind]}, got {type(value).__name__} {value!r}"
     return f"{key}: {error['msg']}"

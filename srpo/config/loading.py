@@ -11,11 +11,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Union
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from srpo.config.errors import ConfigError, _declared, _is_section, config_error
 from srpo.config.schema import GENERIC_TASK_KEYS, Config
+from srpo.config.yaml_reader import load_yaml, read_config_text
 
 
 def from_dict(cls: type[BaseModel], data: Mapping[str, Any]) -> Any:
@@ -65,10 +65,7 @@ def parse_override(text: str, cls: Any = None) -> tuple[list[str], Any]:
     )
     if str_only:
         return path, raw
-    try:
-        return path, yaml.safe_load(raw)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"override {key}: cannot parse value {raw!r}: {e}") from e
+    return path, load_yaml(raw, f"override {key.strip()}")  # bounded as a config file is
 
 
 def apply_overrides(
@@ -134,17 +131,7 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = (),
     check_machine: also check_environment (CUDA for a cuda device, a writable output_dir);
     False for a caller that uses neither (e.g. one that only builds workflows and rewards).
     """
-    data: Any = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {e}") from e
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file {str(path)!r} must hold a mapping at top level")
+    data = read_config_file(Path(path)) if path is not None else {}
     cfg = from_dict(cls, data)
     if overrides:
         # Overrides edit the complete config (defaults included), then everything is re-validated.
@@ -157,6 +144,21 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = (),
     if check_machine and isinstance(cfg, Config):
         check_environment(cfg)
     return cfg
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The mapping a config file holds, read within the bounds of srpo.config.yaml_reader
+    (size, nesting, aliases, duplicate keys); every problem a one-line ConfigError naming it."""
+    where = f"config file {str(path)!r}"
+    if not path.is_file():
+        raise ConfigError(f"{where} does not exist")
+    data = load_yaml(read_config_text(path), where)
+    if data is None:  # nothing, only comments, or `null`: surely not the file meant
+        raise ConfigError(f"{where} is empty (or holds only comments): a config file holds a "
+                          f"mapping of settings, e.g. `train: {{steps: 2}}`")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where} must hold a mapping at top level, got {type(data).__name__}")
+    return data
 
 
 def check_environment(cfg: Config) -> None:
@@ -177,6 +179,13 @@ def _check_device(device: str) -> None:
             f"device {device!r}: CUDA is not available on this machine "
             f"(torch.cuda.is_available() is False); use device=cpu"
         )
+    index = torch.device(device).index  # the schema checked that torch parses it
+    if device.startswith("cuda") and index is not None and index >= torch.cuda.device_count():
+        raise ConfigError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA "
+                          f"device(s) (cuda:0 to cuda:{torch.cuda.device_count() - 1})")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"device 'mps': MPS is not available on this machine "
+                          f"(torch.backends.mps.is_available() is False); use device=cpu")
 
 
 def _check_output_dir(output_dir: str) -> None:
