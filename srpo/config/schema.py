@@ -54,9 +54,13 @@ List = Annotated[list[T], BeforeValidator(_tuple_as_list)]
 
 
 class _Section(BaseModel):
-    """A config section: strict types, unknown keys refused, every error a ConfigError."""
+    """A config section: strict types, unknown keys refused, every error a ConfigError.
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    Every float field is finite (allow_inf_nan=False): YAML's `.nan` / `.inf` would otherwise
+    pass the range checks below (nan compares false) and fail late, e.g. when the run's config
+    is written as JSON, or train silently on nan."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     def __init__(self, /, **data: Any) -> None:
         # keyword construction in code validates like a mapping loaded from YAML
@@ -91,6 +95,7 @@ class ModelConfig(_Section):
         one_of("model.dtype", self.dtype, ("float32", "bfloat16", "float16"))
         positive("model.hidden_size", self.hidden_size)
         positive("model.num_layers", self.num_layers)
+        seed_range("model.init_seed", self.init_seed)
         return self
 
 
@@ -345,8 +350,9 @@ class TrainConfig(_Section):
         for key in ("steps", "tasks_per_step", "epochs", "minibatches", "micro_batch_tokens",
                     "logprob_chunk_size", "dynamic_sampling_max_draws"):
             positive(f"train.{key}", getattr(self, key))
-        if not self.lr > 0:
-            raise ConfigError(f"train.lr must be > 0, got {self.lr}")
+        learning_rate("train.lr", self.lr)
+        for name, lr in self.policy_lr.items():
+            learning_rate(f"train.policy_lr.{name}", lr)
         if len(self.adam_betas) != 2 or not all(0 <= b < 1 for b in self.adam_betas):
             raise ConfigError(f"train.adam_betas must be two numbers in [0, 1), got {self.adam_betas}")
         for key in ("weight_decay", "grad_clip", "kl_beta", "entropy_alpha", "warmup_steps"):
@@ -423,9 +429,22 @@ class Config(_Section):
     output_dir: str = "runs/default"  # run directory (config.yaml, metrics.jsonl, checkpoints/, plots/)
     resume: bool = False  # continue the latest complete checkpoint in output_dir
 
+    @field_validator("device")
+    @classmethod
+    def _device(cls, device: str) -> str:
+        check_device_name(device)
+        return device
+
     @model_validator(mode="after")
     def _check(self) -> Self:
         positive("group_size", self.group_size)
+        seed_range("seed", self.seed)  # the trainer seeds numpy with it
+        unknown = sorted(set(self.train.policy_lr) - set(self.policies.names))
+        if unknown:
+            raise ConfigError(
+                f"train.policy_lr.{unknown[0]}: unknown policy {unknown[0]!r}; known policies "
+                f"(policies.names): {self.policies.names}"
+            )
         if self.train.tasks_per_step > self.task.train_size:
             raise ConfigError(
                 f"train.tasks_per_step ({self.train.tasks_per_step}) exceeds task.train_size "
@@ -461,6 +480,39 @@ def one_of(key: str, value: Any, allowed: Sequence[Any]) -> None:
 def positive(key: str, value: int, *, zero_ok: bool = False) -> None:
     if value < 0 or (value == 0 and not zero_ok):
         raise ConfigError(f"{key} must be {'>= 0' if zero_ok else '> 0'}, got {value}")
+
+
+DEVICE_TYPES = ("cpu", "cuda", "mps")  # where the models can run
+
+
+def check_device_name(device: str) -> None:
+    """A torch device string of a type the models run on: "cpu", "cuda", "cuda:N" or "mps".
+    Whether this machine has it is check_environment's question (a config may be written for
+    another machine); a name torch cannot parse would be a traceback at the first model."""
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, ValueError, TypeError):
+        kind = None
+    if kind not in DEVICE_TYPES:
+        raise ConfigError(f"device must be 'cpu', 'cuda', 'cuda:N' (N a GPU index) or 'mps', "
+                          f"got {device!r}")
+
+
+def seed_range(key: str, value: int) -> None:
+    """A seed in [0, 2**32 - 1]: numpy refuses any other (with a message naming no key) and
+    torch one beyond 64 bits."""
+    if not 0 <= value <= 2**32 - 1:
+        raise ConfigError(f"{key} must be in [0, 2**32 - 1] (a random seed), got {value}")
+
+
+def learning_rate(key: str, value: float) -> None:
+    """0 < lr <= 1: AdamW takes any number, but a negative one is torch's error at the first
+    step and a huge one overflows its float state (1e300: a traceback); useful rates are
+    around 1e-6 to 1e-3."""
+    if not 0 < value <= 1:
+        raise ConfigError(f"{key} must be in (0, 1] (a learning rate, e.g. 1e-5), got {value}")
 
 
 # One safe file-name component: no separator, no "..", no leading dot or dash (hidden files,
