@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from srpo.config import Config, ModelConfig, PoliciesConfig, TaskConfig
+from srpo.config import Config, ConfigError, ModelConfig, PoliciesConfig, TaskConfig
 from srpo.packs import TaskPack, agent_defaults, get_pack, load_all_packs
 from srpo.rollout.agents import AgentSpec, SamplingParams
 from srpo.rollout.backends import HFGenerateBackend
@@ -24,8 +24,9 @@ from srpo.workflows.registry import build_workflow
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def build_model(cfg: ModelConfig, device: str = "cpu") -> tuple[Any, Any]:
-    """(model, tokenizer) for a model section; nothing is downloaded."""
+def build_model(cfg: ModelConfig, device: str = "cpu", key: str = "model.name") -> tuple[Any, Any]:
+    """(model, tokenizer) for a model section; nothing is downloaded. key: the section's
+    name key, for messages (policies.models.<name>.name for a separate policy's model)."""
     dtype = _DTYPES[cfg.dtype]
     if cfg.name == "tiny":
         from srpo.models import build_tiny_model
@@ -43,21 +44,28 @@ def build_model(cfg: ModelConfig, device: str = "cpu") -> tuple[Any, Any]:
 
         from srpo.models.tokenizers import set_pad_token_of_folder
 
-        check_model_source(cfg)
+        check_model_source(cfg, key)
         # the tokenizer first: a bad one fails before the weights are read
         tok = set_pad_token_of_folder(AutoTokenizer.from_pretrained(cfg.name, local_files_only=True))
         model = AutoModelForCausalLM.from_pretrained(cfg.name, dtype=dtype, local_files_only=True)
     return model.to(device), tok
 
 
-def check_model_source(cfg: ModelConfig) -> None:
-    """A model name is "tiny", "smollm2" or an existing local folder (nothing is downloaded)."""
+def check_model_source(cfg: ModelConfig, key: str = "model.name") -> None:
+    """A model name is "tiny", "smollm2" or a local Hugging Face model folder (one holding
+    config.json): nothing is downloaded, and a folder that is no model (`../../etc`) would
+    otherwise fail deep in transformers with a message that never names the key."""
     from pathlib import Path
 
-    if cfg.name not in ("tiny", "smollm2") and not Path(cfg.name).is_dir():
-        raise ValueError(
-            f"model.name {cfg.name!r} is neither 'tiny', 'smollm2' nor an existing model folder "
-            f"(a local Hugging Face folder: config.json, weights, tokenizer; nothing is downloaded)"
+    if cfg.name in ("tiny", "smollm2"):
+        return
+    folder = Path(cfg.name)
+    problem = ("is not a model folder (it has no config.json)" if folder.is_dir()
+               else "is not a known model name nor an existing folder")
+    if not (folder / "config.json").is_file():
+        raise ConfigError(
+            f"{key} {cfg.name!r} {problem}: it must be 'tiny', 'smollm2' or a local Hugging "
+            f"Face model folder (config.json, weights, tokenizer; nothing is downloaded)"
         )
 
 
@@ -67,7 +75,8 @@ def build_policies(model_cfg: ModelConfig, cfg: PoliciesConfig, device: str = "c
         return PolicySet.shared(model, tok, name=cfg.names[0])
     if cfg.kind == "separate":
         return PolicySet.separate(
-            {n: build_model(cfg.models.get(n, model_cfg), device) for n in cfg.names}
+            {n: build_model(cfg.models[n], device, f"policies.models.{n}.name") if n in cfg.models
+             else build_model(model_cfg, device) for n in cfg.names}
         )
     model, tok = build_model(model_cfg, device)
     lora = cfg.lora
@@ -95,6 +104,7 @@ def build_agents(cfg: Config, workflow: Workflow | None = None) -> dict[str, Age
     """
     if workflow is None:
         workflow = build_workflow_from(cfg)
+    check_configured_agents(cfg, workflow)
     defaults = agent_defaults(workflow, task_pack(cfg))
     base = SamplingParams(**cfg.sampling.model_dump())
     agents = {}
@@ -125,6 +135,42 @@ def build_agents(cfg: Config, workflow: Workflow | None = None) -> dict[str, Age
         except (TypeError, ValueError) as e:
             raise ValueError(f"agents.{name}: {e}") from e
     return agents
+
+
+def check_configured_agents(cfg: Config, workflow: Workflow) -> None:
+    """Every `agents.<name>` is a role some workflow declares: a misspelt one (`agents.solvr`)
+    would otherwise be built, never asked for, and the role meant would run on its defaults.
+
+    A role of another workflow is accepted (a preset may configure the roles of several
+    workflows and be run with `--workflow`, as configs/search_smoke.yaml is); only a name that
+    neither this workflow, any registered one (with its default params) nor the task pack's
+    prompts know is refused."""
+    declared = set(workflow.agents)
+    extra = [name for name in cfg.agents if name not in declared]
+    if not extra:
+        return
+    known = _known_roles(task_pack(cfg))
+    unknown = [name for name in extra if name not in known]
+    if unknown:
+        raise ConfigError(
+            f"agents.{unknown[0]}: no workflow declares an agent {unknown[0]!r}; workflow "
+            f"{workflow.name!r} declares {sorted(declared)} (roles of other workflows: "
+            f"{sorted(known - declared)})"
+        )
+
+
+def _known_roles(pack: TaskPack) -> set[str]:
+    """The roles of every registered workflow (default params) and of the pack's prompts."""
+    from srpo.workflows.registry import list_workflows
+
+    load_all_packs()  # their workflows join the registry
+    roles = set(pack.agents)
+    for name, _ in list_workflows():
+        try:
+            roles.update(build_workflow(name).agents)
+        except (TypeError, ValueError):  # a workflow that needs params: its roles are the config's
+            continue
+    return roles
 
 
 def build_reward(cfg: TaskConfig) -> Any:

@@ -46,6 +46,9 @@ class TaskPack:
         with weighted_components()), a mapping of components, or a number.
     success_component: the reward component whose value > 0 means "solved" in evaluation
         (`eval.success_component` overrides it).
+    reward_components: the names of the components its reward gives, so that a config's
+        `eval.success_component` is checked when it loads, not after a model has rolled out
+        (empty: not declared, not checked).
     settings: the pack's own config fields under `task`: a subclass of
         srpo.config.TaskSettings (a pydantic model; a nested section is a field of model type),
         or None for none. srpo.config validates them and fills in their defaults.
@@ -66,6 +69,7 @@ class TaskPack:
     load_tasks: Callable[[Any, str, int], list[Task]]
     make_reward: Callable[[Any], RewardFn]
     success_component: str = "reward"
+    reward_components: Sequence[str] = ()
     settings: type | None = None
     agents: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     workflows: Sequence[Any] = ()

@@ -450,6 +450,8 @@ class Config(_Section):
                 f"train.tasks_per_step ({self.train.tasks_per_step}) exceeds task.train_size "
                 f"({self.task.train_size})"
             )
+        if ":" not in self.workflow.name:  # a workflow file's run() may return its own components
+            check_success_component(self.eval.success_component, get_pack(self.task.name))
         if self.eval.size is not None and self.eval.size > self.task.heldout_size:
             raise ConfigError(f"eval.size ({self.eval.size}) exceeds task.heldout_size ({self.task.heldout_size})")
         for name, agent in self.agents.items():
@@ -480,6 +482,17 @@ def one_of(key: str, value: Any, allowed: Sequence[Any]) -> None:
 def positive(key: str, value: int, *, zero_ok: bool = False) -> None:
     if value < 0 or (value == 0 and not zero_ok):
         raise ConfigError(f"{key} must be {'>= 0' if zero_ok else '> 0'}, got {value}")
+
+
+def check_success_component(name: str | None, pack: Any) -> None:
+    """eval.success_component names one of the task pack's reward components (when the pack
+    declares them): a misspelt one would be a traceback at the first evaluation, after the
+    model was built and rolled out."""
+    known = list(pack.reward_components)
+    if name is not None and known and name not in known:
+        raise ConfigError(f"eval.success_component must be a reward component of task pack "
+                          f"{pack.name!r}: one of {known} (or null: {pack.success_component!r}), "
+                          f"got {name!r}")
 
 
 DEVICE_TYPES = ("cpu", "cuda", "mps")  # where the models can run

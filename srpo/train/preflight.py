@@ -6,7 +6,8 @@ rollouts (which load the same Config) but that make training fail late or learn 
   * the machine: a CUDA device is available, output_dir is writable (config.check_environment;
     load_config checks them too, this covers configs built in code);
   * group_size >= 2 for a method whose advantages are relative within a task's group;
-  * every model named is "tiny", "smollm2" or an existing local folder;
+  * every model named is "tiny", "smollm2" or a local model folder (with config.json);
+  * every configured agent is a role some workflow declares (a misspelt `agents.solvr`);
   * the task pack's checks (math: a local GSM8K / MATH-500 file's held-out questions do not
     recur in its training part).
 """
@@ -22,9 +23,19 @@ def preflight(cfg: Config) -> None:
 
     check_environment(cfg)
     check_group_size(cfg)
-    for model in (cfg.model, *cfg.policies.models.values()):  # before any data file is read
-        check_model_source(model)
+    check_model_source(cfg.model)  # before any data file is read
+    for name, model in cfg.policies.models.items():
+        check_model_source(model, f"policies.models.{name}.name")
+    check_agents(cfg)
     check_task_pack(cfg)
+
+
+def check_agents(cfg: Config) -> None:
+    """Every configured agent is a role a workflow declares (srpo.build.check_configured_agents),
+    checked on the configured workflow before any model is built."""
+    from srpo.build import build_workflow_from, check_configured_agents
+
+    check_configured_agents(cfg, build_workflow_from(cfg))
 
 
 def check_group_size(cfg: Config) -> None:

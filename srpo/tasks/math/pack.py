@@ -122,6 +122,7 @@ PACK = TaskPack(
     make_reward=make_reward,
     settings=MathSettings,
     success_component="correct",  # MathReward.success_component
+    reward_components=("correct", "format"),  # MathReward's components
     agents={role: {"system_prompt": prompt} for role, prompt in AGENT_PROMPTS.items()},
     answer_key=answer_key,
     check=check_file_split,

@@ -165,6 +165,7 @@ PACK = TaskPack(
     make_reward=make_reward,
     settings=SearchSettings,
     success_component="em",  # SearchReward.success_component
+    reward_components=("em", "f1", "cover", "format"),  # answer_scores' components
     workflows=SEARCH_WORKFLOWS,
     answer_key=answer_key,
     make_environment=build_search_env,

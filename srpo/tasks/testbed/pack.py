@@ -52,5 +52,6 @@ PACK = TaskPack(
     make_reward=lambda cfg: CoverReward(),
     settings=TestbedSettings,
     success_component="cover",
+    reward_components=("cover",),  # the cover workflow's episode reward
     workflows=(Cover,),
 )
