@@ -113,9 +113,13 @@ def record_source(path: str | Path | None, hub_id: str | None, hub_config: str |
 
 
 def require_field(record: Record, where: str, field: str) -> Any:
+    """The field's value; absent, null or blank text is an error naming the file and the line
+    or record (a task with an empty question would be rolled out and scored as if it were one)."""
     value = record.get(field)
-    if value is None or (isinstance(value, str) and not value.strip()):
+    if value is None:
         raise ValueError(f"{where}: record is missing required field {field!r}")
+    if isinstance(value, str) and not value.strip():
+        raise ValueError(f"{where}: required field {field!r} is empty")
     return value
 
 
