@@ -14,7 +14,10 @@ Rules (later sections only add models):
     parsed as YAML (`0.7`, `true`, `[a, b]`, `null`) except for string fields, which take the
     text verbatim; a new key of a mapping field creates an entry (`agents.critic.policy=shared`);
   * a float field also takes a number written as text (`1e-5`, which YAML 1.1 reads as a
-    string); names that become file names (policy names) must be plain file names;
+    string) and is always finite (no `.nan` / `.inf`); names that become file names (policy
+    names) must be plain file names;
+  * the YAML of a file and of each override's value is read within bounds (yaml_reader.py:
+    1 MiB, 64 levels, 100,000 values with aliases expanded, no duplicate key, not empty);
   * the config is validated once, at construction (from a mapping or with keywords in code),
     and never mutated while running; load_config also checks what the config needs of this
     machine (check_environment: a CUDA device, a writable output_dir).
@@ -26,8 +29,8 @@ a section that involve several fields or other modules (`policies.kind`, templat
 names, sampling parameters...) are its `model_validator`s, which raise ConfigError themselves.
 
 The package: `schema.py` is the schema (the sections; what the config *is*). `errors.py` turns
-pydantic's ValidationError into one ConfigError that names the dotted key. `loading.py` reads
-the YAML file, parses `key=value` overrides (`parse_override`, `apply_overrides`, `set_dotted`,
+pydantic's ValidationError into one ConfigError that names the dotted key. `yaml_reader.py`
+reads YAML within the bounds above. `loading.py` reads the YAML file, parses `key=value` overrides (`parse_override`, `apply_overrides`, `set_dotted`,
 which need the declared type of a dotted key to leave string values verbatim), resets the
 params of a workflow and the settings of a task pack that an override replaces, and runs the
 machine checks (`check_environment`), which Config itself never runs.
