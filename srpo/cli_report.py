@@ -7,13 +7,17 @@ import sys
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from srpo.train.report import ReportError, write_report
+    from srpo.train.report import DiskFullError, ReportError, write_report
 
     try:
         path = write_report(args.run_dir, args.out)
     except ReportError as e:  # a missing or damaged run directory: one line naming it
         print(f"srpo report: {e}", file=sys.stderr)
         return 2
+    except DiskFullError as e:  # exit 1, as `srpo train` on a full disk: the run itself is fine
+        print(f"srpo report: {e.with_hint('nothing was changed (an earlier report stays as it was): free space and run srpo report again')}",
+              file=sys.stderr)
+        return 1
     print(path)
     return 0
 

@@ -42,6 +42,36 @@ def _workflow_error(command: str, error: Exception) -> int:
     return 1
 
 
+def _disk_full_line(error: BaseException, run_dir: Path) -> str | None:
+    """One line for a full disk anywhere in a run (None if `error` is not one): the file, what is
+    intact, and how to go on. Checkpoint saves already name the newest intact checkpoint; an
+    export, the report or any other file of the run gets that hint here."""
+    from srpo.train.checkpoint import CHECKPOINTS_DIR, disk_full_hint
+    from srpo.train.disk import DiskFullError, disk_full_errno
+
+    code = disk_full_errno(error)
+    if code is None:
+        return None
+    if not isinstance(error, DiskFullError):  # a writer srpo does not wrap (logs, plots)
+        named = next((e.filename for e in _chain(error) if isinstance(e, OSError) and e.filename), None)
+        error = DiskFullError(named or run_dir, code)
+    if error.path.is_relative_to(run_dir / CHECKPOINTS_DIR):
+        return str(error)
+    hint = disk_full_hint(run_dir)
+    if error.path.name == "report.html":
+        hint += f" (or, as training is complete, `srpo report {run_dir}` writes just the report)"
+    return str(error.with_hint(f"{error.hint}; {hint}" if error.hint else hint))
+
+
+def _chain(error: BaseException | None):
+    """An error and those it was raised from or during."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from srpo.config import ConfigError, load_config
     from srpo.train.checkpoint import CheckpointError
@@ -51,6 +81,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     config, overrides = _split_args(args.config, args.overrides)
     if args.workflow:  # as `workflow.name=...`, before the other overrides (a later one still wins)
         overrides = [f"workflow.name={args.workflow}", *overrides]
+    cfg = None
     try:
         cfg = load_config(_resolve_config(config), overrides)
         start = time.perf_counter()
@@ -59,12 +90,21 @@ def _cmd_train(args: argparse.Namespace) -> int:
         # bad settings and unusable checkpoints are refused before any work: one line, no traceback
         print(f"srpo train: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # a full disk already at the start (the run directory's lock, config.yaml)
+        if cfg is None or (line := _disk_full_line(e, Path(cfg.output_dir))) is None:
+            raise
+        print(f"srpo train: {line}", file=sys.stderr)
+        return 1
     try:
         result = trainer.train()
     except CheckpointError as e:  # a checkpoint that does not fit the model: nothing was written
         print(f"srpo train: {e}", file=sys.stderr)
         return 2
     except Exception as e:
+        # a full disk (exit 1, like a failed workflow: the settings were fine) in one line
+        if (line := _disk_full_line(e, trainer.run_dir)) is not None:
+            print(f"srpo train: {line}", file=sys.stderr)
+            return 1
         return _workflow_error("srpo train", e)
     if not trainer.dist.is_main:  # data-parallel runs: rank 0 reports
         return 0
@@ -95,7 +135,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             torch.set_num_threads(cfg.train.threads)
         policies = None
         if path.name == "config.yaml":  # a run directory: say which weights are evaluated
-            policies, what = _run_policies(path.parent, cfg)
+            policies, what = _run_policies(path.parent, cfg, trust_export=args.trust_export)
             print(what, flush=True)
         runner, workflow = build_rollout(cfg, workflow=args.workflow, policies=policies)
         # the same held-out tasks as the trainer's evaluation (eval.size) unless --n says otherwise
@@ -134,17 +174,19 @@ def eval_episodes_path(out: str | Path) -> Path:
     return out.with_name(out.name.removesuffix(".json") + ".episodes.jsonl.gz")
 
 
-def _run_policies(run_dir: Path, cfg):
+def _run_policies(run_dir: Path, cfg, trust_export: bool = False):
     """(policies, what is evaluated) for a run directory: its exported policies (checksums
-    checked), else its newest complete checkpoint, else the untrained initial policies, said so."""
+    checked), else its newest complete checkpoint, else the untrained initial policies, said so.
+    trust_export: evaluate an export that has no checksum manifest (made by another tool)."""
     from srpo.build import build_policies
-    from srpo.train.checkpoint import latest_checkpoint, load_checkpoint_policies
+    from srpo.train.checkpoint import EXPORT_MANIFEST, latest_checkpoint, load_checkpoint_policies
     from srpo.train.trainer import checkpointed_models
 
     export = run_dir / "export"
     if export.is_dir():
-        policies, verified = _exported_policies(export, cfg)
-        note = "checksums verified" if verified else "no checksums: exported by an older srpo"
+        policies, verified = _exported_policies(export, cfg, trust_export)
+        note = ("checksums verified" if verified else
+                f"checksums NOT checked: no {EXPORT_MANIFEST}, evaluated as --trust-export asks")
         return policies, f"evaluating the trained policies exported in {export} ({note})"
     ckpt = latest_checkpoint(run_dir)
     if ckpt is not None:
@@ -155,11 +197,10 @@ def _run_policies(run_dir: Path, cfg):
                   f"initial policies of its config")
 
 
-def _exported_policies(export_dir: Path, cfg):
+def _exported_policies(export_dir: Path, cfg, trust_export: bool = False):
     """A run's trained policies from RUN/export/<policy> (LoRA adapters come merged), one model
-    per policy name, so any policy layout evaluates the same way."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    per policy name, so any policy layout evaluates the same way. Each folder is checked against
+    its manifest first; one without a manifest is refused unless trust_export."""
     from srpo.rollout.policies import PolicySet
 
     from srpo.train.checkpoint import verify_export
@@ -170,13 +211,30 @@ def _exported_policies(export_dir: Path, cfg):
         folder = export_dir / name
         if not folder.is_dir():
             raise FileNotFoundError(f"{export_dir} has no exported policy {name!r}")
-        verified = verify_export(folder) and verified  # raises on a damaged file, naming it
-        model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).to(cfg.device).eval()
-        models[name] = (model, AutoTokenizer.from_pretrained(folder, local_files_only=True))
+        # raises on a damaged file or a missing manifest, naming it
+        verified = verify_export(folder, allow_missing_manifest=trust_export) and verified
+        models[name] = _load_export(folder, cfg.device)
     if len(models) == 1:
         (name, (model, tok)), = models.items()
         return PolicySet.shared(model, tok, name=name), verified
     return PolicySet.separate(models), verified
+
+
+def _load_export(folder: Path, device: str):
+    """(model, tokenizer) of an exported folder. What transformers cannot load (a config or
+    weights it refuses, which checksums of another tool's export do not rule out) is one
+    CorruptCheckpointError naming the folder, not its traceback."""
+    from safetensors import SafetensorError
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from srpo.train.checkpoint import CorruptCheckpointError
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).to(device).eval()
+        return model, AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError, KeyError, SafetensorError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise CorruptCheckpointError(f"{folder} cannot be loaded as a Hugging Face model: {first}") from None
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
@@ -202,6 +260,10 @@ def add_train_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n", type=int, default=None, help="number of held-out tasks (default: eval.size, else task.heldout_size)")
     p.add_argument("--out", help="also write the result, with per-task correctness, as JSON here "
                                  "(X.json), and the episodes beside it (X.episodes.jsonl.gz)")
+    p.add_argument("--trust-export", action="store_true",
+                   help="evaluate RUN/export/<policy> folders that have no checksum manifest "
+                        "(srpo_export.json), e.g. exported by another tool; their files are then NOT "
+                        "checked (without this flag such a folder is an error)")
     p.set_defaults(handler=_cmd_eval)
 
     p = sub.add_parser("plot", help="write RUN_DIR/plots/*.png from RUN_DIR/metrics.jsonl")

@@ -27,7 +27,13 @@ state in `data_state`).
 
 Loading checks everything it can before it touches any object: the config fingerprint, the set
 of policies / adapters / optimizers / schedulers, every file's checksum, tensor names and shapes,
-optimizer parameter-group sizes. Each failure raises a `CheckpointError` naming what is wrong.
+optimizer parameter-group sizes, the structure of the optimizer and RNG files. Each failure
+raises a `CheckpointError` naming what is wrong; a file that safetensors or torch refuses (a
+crafted header, a pickle needing code) is a CorruptCheckpointError naming it, not their own error.
+
+A full disk. Every write runs inside `srpo.train.disk.writing`, so whatever the writing library
+raises on ENOSPC / EDQUOT becomes a `DiskFullError` naming the file; the temporary directory or
+file is removed first, and the previous checkpoint (or export) is untouched and still `latest`.
 """
 
 from __future__ import annotations
@@ -42,16 +48,19 @@ import shutil
 import sys
 import time
 import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from srpo import __version__
+from srpo.train.disk import DiskFullError, atomic_write_text, disk_full_errno, writing
 
 CHECKPOINTS_DIR = "checkpoints"
 STATE_FILE = "trainer_state.json"  # written last: the completion marker
@@ -123,7 +132,7 @@ def _sha256(path: Path) -> str:
 
 
 def _fsync_file(path: Path) -> None:
-    with open(path, "rb") as f:
+    with writing(path), open(path, "rb") as f:  # a delayed write can fail here (NFS, quotas)
         os.fsync(f.fileno())
 
 
@@ -140,10 +149,18 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _write_text(path: Path, text: str) -> None:
-    with open(path, "w") as f:
+    with writing(path), open(path, "w") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
+
+
+def _torch_save(obj: Any, path: Path) -> None:
+    """torch.save into a file object we opened: given a path, torch reports a full disk as
+    "unexpected pos N vs M" with no trace of the OS error; given a file, the OSError of the
+    failed write is kept (as the context), so `writing` recognises it."""
+    with writing(path), open(path, "wb") as f:
+        torch.save(obj, f)
 
 
 def _retire(path: Path) -> None:
@@ -287,14 +304,16 @@ def _write_policy(path: Path, model: torch.nn.Module) -> dict[str, Any]:
     if adapters is None:
         # save_model drops the aliases of tied tensors (which safetensors refuses) and records
         # them in the metadata; load_model re-ties them.
-        save_model(model, str(path), metadata={"srpo_kind": "full"})
+        with writing(path):
+            save_model(model, str(path), metadata={"srpo_kind": "full"})
         return {"file": path.name, "kind": "full"}
     tensors = {
         f"{adapter}{_ADAPTER_SEP}{key}": value
         for adapter in adapters
         for key, value in _adapter_state(model, adapter).items()
     }
-    save_file(tensors, str(path), metadata={"srpo_kind": "lora"})
+    with writing(path):
+        save_file(tensors, str(path), metadata={"srpo_kind": "lora"})
     return {"file": path.name, "kind": "lora", "adapters": adapters}
 
 
@@ -311,9 +330,9 @@ def _write_files(tmp: Path, state: TrainState) -> dict[str, Any]:
             "optimizer": optimizer.state_dict(),
             "scheduler": None if scheduler is None else scheduler.state_dict(),
         }
-        torch.save(payload, tmp / f"optim-{name}.pt")
+        _torch_save(payload, tmp / f"optim-{name}.pt")
         optimizers[name] = {"file": f"optim-{name}.pt", "scheduler": scheduler is not None}
-    torch.save(_rng_state(), tmp / RNG_FILE)
+    _torch_save(_rng_state(), tmp / RNG_FILE)
     files = {}
     for path in sorted(tmp.iterdir()):
         _fsync_file(path)
@@ -341,9 +360,7 @@ def _publish(tmp: Path, final: Path) -> None:
 
 
 def _write_pointer(root: Path, name: str) -> None:
-    tmp = root / f".{POINTER}.tmp-{os.getpid()}"
-    _write_text(tmp, name + "\n")
-    os.replace(tmp, root / POINTER)
+    atomic_write_text(root / POINTER, name + "\n")  # its temp file is .latest.tmp-<pid>
     _fsync_dir(root)
 
 
@@ -356,6 +373,50 @@ def _clean_debris(root: Path) -> None:
                 path.unlink(missing_ok=True)
 
 
+def _write_checkpoint(root: Path, final: Path, state: TrainState) -> None:
+    """The new checkpoint in place and `latest` pointing at it, or, on any error, no trace of
+    it: the temp dir is removed, and a checkpoint published before its pointer could be written
+    is retired again, so the previous checkpoint stays the latest (as after a SIGKILL)."""
+    tmp = root / f".tmp-{final.name}-{os.getpid()}"
+    try:
+        with writing(tmp):
+            tmp.mkdir()
+        marker = _write_files(tmp, state)
+        _write_text(tmp / STATE_FILE, json.dumps(marker, indent=2, allow_nan=False) + "\n")
+        with writing(tmp):  # a directory's new entries can need a block too
+            _fsync_dir(tmp)
+            _publish(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    try:
+        _write_pointer(root, final.name)
+    except DiskFullError:
+        _retire(final)
+        raise
+
+
+def _final_name(path: Path, final: Path) -> Path:
+    """The temp dir, or a file in it, under the name it would have had: `step-N[/<file>]`."""
+    if path.name.startswith(".tmp-"):
+        return final
+    return final / path.name if path.parent.name.startswith(".tmp-") else path
+
+
+def disk_full_hint(run_dir: str | Path) -> str:
+    """What a full disk left intact in a run and how to continue, for the end of its message."""
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is None:
+        return ("the run has no complete checkpoint yet: free space, then start it again "
+                "(resume=true starts it from step 0)")
+    try:
+        verify_checkpoint(ckpt)
+    except CheckpointError as e:
+        return corrupt_checkpoint_message(ckpt, e)
+    return (f"the newest intact checkpoint is {ckpt} (unchanged): free space, then run again with "
+            f"resume=true to continue from it")
+
+
 def save_checkpoint(
     run_dir: str | Path, state: TrainState, *, keep_last: int | None = 2
 ) -> Path:
@@ -365,26 +426,21 @@ def save_checkpoint(
     Older ones are deleted only after the new one is in place. Checkpoints of a higher step
     than this one are deleted too: they belong to a timeline this (resumed) run is redoing, as
     the metrics log lines past the resumed step are (`MetricsLogger.resume`).
-    Returns the checkpoint's path.
+    Returns the checkpoint's path. A full disk raises DiskFullError naming the file and the
+    newest intact checkpoint, after removing everything this save wrote.
     """
     if keep_last is not None and keep_last < 1:
         raise ValueError(f"keep_last must be >= 1 or None, got {keep_last}")
     _validate(state)
     root = Path(run_dir) / CHECKPOINTS_DIR
-    root.mkdir(parents=True, exist_ok=True)
-    _clean_debris(root)
     final = root / f"step-{state.step}"
-    tmp = root / f".tmp-{final.name}-{os.getpid()}"
-    tmp.mkdir()
     try:
-        marker = _write_files(tmp, state)
-        _write_text(tmp / STATE_FILE, json.dumps(marker, indent=2, allow_nan=False) + "\n")
-        _fsync_dir(tmp)
-        _publish(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    _write_pointer(root, final.name)
+        with writing(root):
+            root.mkdir(parents=True, exist_ok=True)
+        _clean_debris(root)
+        _write_checkpoint(root, final, state)
+    except DiskFullError as e:
+        raise e.with_hint(disk_full_hint(run_dir), path=_final_name(e.path, final)) from e.__cause__
 
     older = [p for p in list_checkpoints(run_dir) if p != final]
     doomed = [p for p in older if _step_of(p) > state.step]
@@ -452,9 +508,37 @@ def _check_files(ckpt: Path, files: Mapping[str, str]) -> None:
             )
 
 
+@contextmanager
+def _safetensors_file(path: Path) -> Iterator[None]:
+    """safetensors' own errors (a header claiming 2^62 bytes, offsets past the end, a truncated
+    file) as a CorruptCheckpointError naming the file. Checksums do not rule these out: whoever
+    crafted the file could recompute them."""
+    try:
+        yield
+    except SafetensorError as e:
+        raise CorruptCheckpointError(
+            f"{path} is not a valid safetensors file ({_first_line(e)}): it was altered or "
+            f"written by something else"
+        ) from None
+
+
+def _first_line(error: BaseException, limit: int = 200) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0][:limit] if text else type(error).__name__
+
+
+def check_safetensors_header(path: str | Path) -> None:
+    """Parses a .safetensors file's header (names, dtypes, shapes, offsets against the file's
+    size) without reading its tensors; raises CorruptCheckpointError naming it if invalid."""
+    path = Path(path)
+    with _safetensors_file(path), safe_open(str(path), framework="pt") as f:
+        for key in f.keys():  # noqa: SIM118 - a safetensors handle, not a dict
+            f.get_slice(key).get_shape()
+
+
 def _check_tensors(path: Path, expected: Mapping[str, torch.Size], aliases: set[str]) -> None:
     """Tensor names and shapes of a weights file against the module's, from its header only."""
-    with safe_open(str(path), framework="pt") as f:
+    with _safetensors_file(path), safe_open(str(path), framework="pt") as f:
         saved = {key: torch.Size(f.get_slice(key).get_shape()) for key in f.keys()}
     missing = sorted(set(expected) - set(saved) - aliases)
     unexpected = sorted(set(saved) - set(expected))
@@ -478,7 +562,7 @@ def _check_policy(path: Path, model: torch.nn.Module, entry: Mapping[str, Any]) 
         )
     if adapters is None:
         expected = {k: v.shape for k, v in model.state_dict().items()}
-        with safe_open(str(path), framework="pt") as f:
+        with _safetensors_file(path), safe_open(str(path), framework="pt") as f:
             aliases = set((f.metadata() or {}).keys()) - {"srpo_kind"}
         _check_tensors(path, expected, aliases)
         return
@@ -495,11 +579,13 @@ def _check_policy(path: Path, model: torch.nn.Module, entry: Mapping[str, Any]) 
 def _load_policy(path: Path, model: torch.nn.Module) -> None:
     adapters = _peft_adapters(model)
     if adapters is None:
-        load_model(model, str(path), strict=True)
+        with _safetensors_file(path):
+            load_model(model, str(path), strict=True)
         return
     from peft import set_peft_model_state_dict
 
-    tensors = load_file(str(path))
+    with _safetensors_file(path):
+        tensors = load_file(str(path))
     for adapter in adapters:
         prefix = f"{adapter}{_ADAPTER_SEP}"
         sd = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
@@ -513,16 +599,65 @@ def _load_policy(path: Path, model: torch.nn.Module) -> None:
 def _torch_load(path: Path) -> Any:
     """A checkpoint's optimizer / RNG file, with weights_only=True only: nothing here ever
     unpickles arbitrary objects. A file that needs more (a crafted or foreign file: its sha256
-    proves nothing, whoever wrote it could recompute it) is refused, naming it."""
+    proves nothing, whoever wrote it could recompute it) is refused, naming it.
+
+    torch's own message is not passed on: it advises loading with weights_only=False, which
+    would run the file's code. Its warnings (about pickle protocols) are silenced: they would
+    be a second line on stderr before the one that matters."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises UnpicklingError or RuntimeError depending on version
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if "weights_only" in str(e) or "Unpickl" in type(e).__name__:
+            raise CorruptCheckpointError(
+                f"{path} is not a checkpoint file srpo wrote: it holds more than tensors and plain "
+                f"containers (such as pickled objects that need code to load), and srpo never runs "
+                f"code from a checkpoint; it was crafted or written by another program"
+            ) from None
         raise CorruptCheckpointError(
-            f"{path} cannot be loaded as plain tensors and containers (weights_only=True): "
-            f"{first[:300]}. srpo writes only such files and never unpickles other objects; "
-            f"this file was altered or written by something else"
+            f"{path} is not a checkpoint file srpo wrote: it cannot be read as one "
+            f"({_first_line(e)})"
         ) from None
+
+
+def _check_rng(path: Path, state: Any) -> None:
+    """The RNG file's states, tried on throwaway generators: a file of the wrong shape (`{}`,
+    a list, bad numbers) is refused naming it before any real generator is touched."""
+    try:
+        if not isinstance(state, dict):
+            raise TypeError(f"a {type(state).__name__}, not a dict")
+        version, internal, gauss = state["python"]
+        random.Random().setstate((version, tuple(internal), gauss))
+        name, keys, pos, has_gauss, cached = state["numpy"]
+        np.random.RandomState().set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+        torch.Generator().set_state(state["torch"])
+        if not isinstance(state["cuda"], list) or not all(isinstance(t, torch.Tensor) for t in state["cuda"]):
+            raise TypeError("'cuda' is not a list of tensors")
+    except Exception as e:  # noqa: BLE001 - whatever a crafted state makes the generators raise
+        detail = f"no {e}" if isinstance(e, KeyError) else _first_line(e)
+        raise CorruptCheckpointError(
+            f"{path} does not hold the random generator states srpo saves (python, numpy, torch, "
+            f"cuda; {detail}): it was altered or written by something else"
+        ) from None
+
+
+def _check_optim_payload(path: Path, payload: Any, with_scheduler: bool) -> None:
+    """An optimizer file's structure, before its numbers are trusted: what srpo writes is
+    {"optimizer": {"state": {...}, "param_groups": [{"params": [...]}, ...]}, "scheduler": ...}."""
+    optimizer = payload.get("optimizer") if isinstance(payload, dict) else None
+    groups = optimizer.get("param_groups") if isinstance(optimizer, dict) else None
+    scheduler = payload.get("scheduler") if isinstance(payload, dict) else None
+    ok = (isinstance(optimizer, dict) and isinstance(optimizer.get("state"), dict)
+          and isinstance(groups, list)
+          and all(isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups)
+          and (isinstance(scheduler, dict) if with_scheduler else scheduler is None))
+    if not ok:
+        raise CorruptCheckpointError(
+            f"{path} does not hold the optimizer state srpo saves (optimizer state and parameter "
+            f"groups{', and a scheduler' if with_scheduler else ''}): it was altered or written by "
+            f"something else"
+        )
 
 
 def _check_optimizer(path: Path, optimizer: torch.optim.Optimizer, saved: Mapping) -> None:
@@ -546,9 +681,25 @@ def load_checkpoint(
     run before any object is modified. Raises FileNotFoundError if there is no checkpoint and a
     CheckpointError subclass naming the problem otherwise. files_verified: the caller has just
     run `verify_checkpoint` on this checkpoint (the trainer does, when it picks it), so the
-    files' sha256 are not computed a second time.
+    files' sha256 are not computed a second time. A checkpoint of a run directory found corrupt
+    here (a file safetensors or torch refuses, though its checksum matches) is reported as
+    `corrupt_checkpoint_message` does, naming the newest intact checkpoint left.
     """
     ckpt = _resolve(path_or_run_dir)
+    try:
+        meta, optim, rng = _read_checked(ckpt, state, allow_config_change, files_verified)
+        _apply(ckpt, meta, state, optim, rng)
+    except CorruptCheckpointError as e:
+        if ckpt.parent.name != CHECKPOINTS_DIR or not _STEP_DIR.match(ckpt.name):
+            raise
+        raise CorruptCheckpointError(corrupt_checkpoint_message(ckpt, e)) from None
+    return replace(state, step=int(meta["step"]), data_state=meta["data_state"])
+
+
+def _read_checked(
+    ckpt: Path, state: TrainState, allow_config_change: bool, files_verified: bool
+) -> tuple[dict[str, Any], dict[str, Any], Any]:
+    """Every check of `load_checkpoint`, touching no object: (marker, optimizer files, RNG)."""
     meta = _read_marker(ckpt)
     if meta["config_fingerprint"] != state.config_fingerprint and not allow_config_change:
         raise CheckpointMismatchError(
@@ -570,13 +721,19 @@ def load_checkpoint(
     for name, optimizer in state.optimizers.items():
         path = ckpt / meta["optimizers"][name]["file"]
         optim[name] = _torch_load(path)
+        _check_optim_payload(path, optim[name], with_scheduler=name in state.schedulers)
         _check_optimizer(path, optimizer, optim[name]["optimizer"])
     rng = _torch_load(ckpt / RNG_FILE)
+    _check_rng(ckpt / RNG_FILE, rng)
+    return meta, optim, rng
 
+
+def _apply(ckpt: Path, meta: dict[str, Any], state: TrainState, optim: dict[str, Any], rng: Any) -> None:
+    """Restore the checked checkpoint into `state`'s objects in place."""
     if meta["srpo_version"] != __version__:
         warnings.warn(
             f"checkpoint {ckpt} was saved by srpo {meta['srpo_version']}, this is {__version__}",
-            stacklevel=2,
+            stacklevel=3,
         )
     for name, model in state.policies.items():
         _load_policy(ckpt / meta["policies"][name]["file"], model)
@@ -585,7 +742,6 @@ def load_checkpoint(
         if name in state.schedulers:
             state.schedulers[name].load_state_dict(optim[name]["scheduler"])
     _set_rng_state(rng)
-    return replace(state, step=int(meta["step"]), data_state=meta["data_state"])
 
 
 def verify_checkpoint(ckpt: str | Path) -> dict[str, Any]:
@@ -638,19 +794,42 @@ def load_checkpoint_policies(path_or_run_dir: str | Path, policies: Mapping[str,
     return ckpt
 
 
-def verify_export(folder: str | Path) -> bool:
-    """Checks an exported policy folder against its manifest. True when verified, False when it
-    has no manifest (exported by an older srpo); raises CorruptCheckpointError on a mismatch."""
+def verify_export(folder: str | Path, *, allow_missing_manifest: bool = False) -> bool:
+    """Checks an exported policy folder against its manifest and parses the header of each of
+    its .safetensors files. True when verified; raises CorruptCheckpointError naming the file on
+    a mismatch or an invalid header.
+
+    A folder without a manifest is an error: a deleted manifest would otherwise let altered
+    weights pass unchecked. allow_missing_manifest=True (for folders exported by other tools,
+    `srpo eval --trust-export`) returns False for it instead, after the header check.
+    """
     folder = Path(folder)
     manifest = folder / EXPORT_MANIFEST
     if not manifest.is_file():
+        if not allow_missing_manifest:
+            raise CorruptCheckpointError(
+                f"{folder} has no {EXPORT_MANIFEST}, so its files cannot be checked (srpo writes "
+                f"one with every export: it was deleted, or another tool exported this folder; "
+                f"to evaluate it unchecked anyway, pass --trust-export)"
+            )
+        _check_headers(folder)
         return False
     try:
         files = json.loads(manifest.read_text())["files"]
+        if not isinstance(files, dict):
+            raise TypeError("'files' is not a mapping")
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise CorruptCheckpointError(f"{manifest} cannot be read: {e}") from None
     _check_files(folder, files)
+    _check_headers(folder)
     return True
+
+
+def _check_headers(folder: Path) -> None:
+    """Every weights file's header, parsed before transformers sees it (whose errors on a crafted
+    header are tracebacks): a manifest's checksums can be recomputed by whoever crafted it."""
+    for path in sorted(folder.rglob("*.safetensors")):
+        check_safetensors_header(path)
 
 
 # --------------------------------------------------------------------------- export
@@ -682,25 +861,54 @@ def export_policy(
         if adapter not in adapters:
             raise ValueError(f"adapter {adapter!r} not in the model's adapters {adapters}")
         model = copy.deepcopy(model).merge_and_unload(adapter_names=[adapter])
-    out.parent.mkdir(parents=True, exist_ok=True)
+    with writing(out.parent):
+        out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
+    earlier = out.exists()
     try:
-        model.save_pretrained(tmp)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(tmp)
-        for path in tmp.rglob("*"):
-            if path.is_file():
-                _fsync_file(path)
-        # checksums of every file, so `srpo eval RUN` can tell an intact export from a damaged one
-        manifest = {str(p.relative_to(tmp)): _sha256(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
-        _write_text(tmp / EXPORT_MANIFEST, json.dumps({"files": manifest}, indent=1) + "\n")
-        _fsync_dir(tmp)
-        if out.exists():
-            _retire(out)
-        os.rename(tmp, out)
-        _fsync_dir(out.parent)
+        _write_export(model, tokenizer, tmp, out)
+    except DiskFullError as e:
+        # named as in the finished folder: the temp dir is gone by the time anyone reads this
+        path = out / e.path.relative_to(tmp) if e.path.is_relative_to(tmp) else e.path
+        shutil.rmtree(tmp, ignore_errors=True)
+        hint = "the unfinished export was removed" + (f" and the earlier {out} is unchanged" if earlier else "")
+        raise e.with_hint(hint, path=path) from e.__cause__
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def _newest_file(folder: Path) -> Path:
+    """The file written last in `folder` (the one a failed save_pretrained was writing), or the
+    folder itself if it holds none."""
+    files = [p for p in folder.rglob("*") if p.is_file()] if folder.is_dir() else []
+    return max(files, key=lambda p: p.stat().st_mtime_ns, default=folder)
+
+
+def _write_export(model: torch.nn.Module, tokenizer: Any | None, tmp: Path, out: Path) -> None:
+    """Fill `tmp` (weights, tokenizer, manifest) and rename it to `out`. The writers inside
+    transformers do not say which file a full disk stopped, so the newest file in `tmp` is named."""
+    for save in (model.save_pretrained, None if tokenizer is None else tokenizer.save_pretrained):
+        if save is None:
+            continue
+        try:
+            save(tmp)
+        except Exception as e:
+            code = disk_full_errno(e)
+            if code is None:
+                raise
+            named = e.filename if isinstance(e, OSError) and e.filename else None
+            raise DiskFullError(Path(named) if named else _newest_file(tmp), code) from e
+    for path in tmp.rglob("*"):
+        if path.is_file():
+            _fsync_file(path)
+    # checksums of every file, so `srpo eval RUN` can tell an intact export from a damaged one
+    manifest = {str(p.relative_to(tmp)): _sha256(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
+    _write_text(tmp / EXPORT_MANIFEST, json.dumps({"files": manifest}, indent=1) + "\n")
+    _fsync_dir(tmp)
+    if out.exists():
+        _retire(out)
+    os.rename(tmp, out)
+    _fsync_dir(out.parent)

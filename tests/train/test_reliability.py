@@ -68,7 +68,7 @@ def _rehash(ckpt: Path) -> None:
     (ckpt / STATE_FILE).write_text(json.dumps(meta))
 
 
-def test_a_crafted_checkpoint_file_is_refused_and_runs_nothing(tmp_path):
+def test_a_crafted_checkpoint_file_is_refused_and_runs_nothing(tmp_path, capsys):
     run = tmp_path / "run"
     _train(run, "train.steps=1", "eval.size=0", "checkpoint.export=false")
     (ckpt,) = list_checkpoints(run)
@@ -80,13 +80,23 @@ def test_a_crafted_checkpoint_file_is_refused_and_runs_nothing(tmp_path):
     verify_checkpoint(ckpt)  # the checksums match: they prove nothing about who wrote the file
     trainer = Trainer(load_config(SMOKE, [f"output_dir={run}", *QUIET, "train.steps=2", "eval.size=0",
                                           "checkpoint.export=false", "resume=true"]))
-    with pytest.raises(CorruptCheckpointError, match=r"optim-shared.pt cannot be loaded as plain tensors"):
+    with pytest.raises(CorruptCheckpointError) as err:
         load_checkpoint(ckpt, trainer._state())
     assert not marker.exists()
+    # what it is (not a file srpo wrote), and never torch's advice to load it with weights_only=False
+    assert (f"{optim} is not a checkpoint file srpo wrote: it holds more than tensors and plain containers "
+            f"(such as pickled objects that need code to load), and srpo never runs code from a "
+            f"checkpoint") in str(err.value)
+    assert "weights_only" not in str(err.value)
+    assert "no older intact checkpoint is left: start the run again" in str(err.value)
     # the CLI says it in one line and writes nothing
+    trainer.release_run_dir()  # the run directory's lock, or the CLI is refused for that instead
+    capsys.readouterr()
     code = main(["train", SMOKE, f"output_dir={run}", *QUIET, "train.steps=2", "eval.size=0",
                  "checkpoint.export=false", "resume=true"])
     assert code == 2 and not marker.exists()
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"checkpoint {ckpt} is unusable: {optim} is not a checkpoint" in err
 
 
 def test_a_config_naming_a_function_or_os_system_is_refused_and_nothing_runs(tmp_path):

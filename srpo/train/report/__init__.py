@@ -3,9 +3,9 @@ srpo.train.report.render writes; srpo.train.report.study links a study's cells).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from srpo.train.disk import DiskFullError, atomic_write_text, writing
 from srpo.train.report.data import ReportError, collect_run
 from srpo.train.report.render import render_html
 
@@ -14,14 +14,13 @@ REPORT_FILE = "report.html"
 
 def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
     """Writes the report of `run_dir` to `out` (default RUN_DIR/report.html); returns the path.
-    Raises ReportError naming what is missing or damaged."""
+    Raises ReportError naming what is missing or damaged, and DiskFullError naming the file on a
+    full disk (its temp file removed, an earlier report left as it was)."""
     html = render_html(collect_run(run_dir))
     path = Path(out) if out is not None else Path(run_dir) / REPORT_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(html, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    with writing(path.parent):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write_text(path, html)
 
 
-__all__ = ["REPORT_FILE", "ReportError", "collect_run", "render_html", "write_report"]
+__all__ = ["REPORT_FILE", "DiskFullError", "ReportError", "collect_run", "render_html", "write_report"]

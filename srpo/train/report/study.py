@@ -7,6 +7,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from srpo.train.disk import atomic_write_text
 from srpo.train.report import REPORT_FILE
 
 _STYLE = """body{font:14px/1.4 system-ui,sans-serif;margin:16px;color:#1d2430}
@@ -35,6 +36,4 @@ def write_study_page(output: Path, title: str, cells: list[dict[str, Any]]) -> P
             "report (learning curves, episode browser, evaluation diff).</p>"
             "<table><tr><th>cell (setting/method/seed)</th><th>held-out accuracy [95% CI]</th><th></th></tr>"
             + "".join(rows) + "</table></body></html>\n")
-    path = output / REPORT_FILE
-    path.write_text(html, encoding="utf-8")
-    return path
+    return atomic_write_text(output / REPORT_FILE, html)  # whole or not at all, even on a full disk

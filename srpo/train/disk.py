@@ -1,0 +1,97 @@
+"""A full disk as one clear error naming the file being written, never a writer's own riddle.
+
+Each library reports a full disk its own way: torch.save writing to a path raises
+"unexpected pos 799680 vs 799568", safetensors "I/O error: No space left on device (os error 28)",
+Python an OSError with errno ENOSPC. `writing(path)` turns all of them into a `DiskFullError`
+carrying the path, and `atomic_write_text` is the write-temp-then-rename of small text files that
+never leaves its temporary file behind. An exceeded quota (EDQUOT) counts as a full disk: the
+remedy is the same.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+FULL_ERRNOS = tuple(code for code in (errno.ENOSPC, getattr(errno, "EDQUOT", None)) if code is not None)
+
+
+class DiskFullError(OSError):
+    """No space (or quota) left while writing `path`. `hint` says what is intact and what to do;
+    the layer that knows (a run's checkpoints, the CLI) fills it in with `with_hint`."""
+
+    def __init__(self, path: str | Path, code: int = errno.ENOSPC, hint: str = ""):
+        super().__init__(code, os.strerror(code), str(path))
+        self.path = Path(path)
+        self.hint = hint
+
+    def __str__(self) -> str:
+        text = f"the disk is full ({self.strerror}) while writing {self.path}"
+        return f"{text}; {self.hint}" if self.hint else text
+
+    def __reduce__(self):  # OSError's own pickling would call __init__ with its args tuple
+        return (DiskFullError, (self.path, self.errno, self.hint))
+
+    def with_hint(self, hint: str, path: str | Path | None = None) -> DiskFullError:
+        """The same error with what-to-do added (and the file renamed, e.g. from a temp dir)."""
+        new = DiskFullError(self.path if path is None else path, self.errno, hint)
+        new.__cause__ = self.__cause__
+        return new
+
+
+def disk_full_errno(error: BaseException | None) -> int | None:
+    """ENOSPC / EDQUOT if `error` or any error it was raised from or during is a full disk.
+
+    Follows __cause__ and __context__: torch.save writing to a file object raises a RuntimeError
+    ("unexpected pos ...") during the OSError its failed write raised. safetensors (Rust) puts
+    the OS error only in its message, as "(os error 28)".
+    """
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, DiskFullError):
+            return error.errno
+        if isinstance(error, OSError) and error.errno in FULL_ERRNOS:
+            return error.errno
+        text = str(error)
+        for code in FULL_ERRNOS:
+            if f"(os error {code})" in text or os.strerror(code) in text:
+                return code
+        error = error.__cause__ or error.__context__
+    return None
+
+
+@contextmanager
+def writing(path: str | Path) -> Iterator[None]:
+    """Inside, whatever a full disk makes any writer raise becomes DiskFullError(path)."""
+    try:
+        yield
+    except DiskFullError:
+        raise
+    except Exception as e:
+        code = disk_full_errno(e)
+        if code is None:
+            raise
+        raise DiskFullError(path, code) from e
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write `path` whole or not at all: a temp sibling, fsynced, renamed over it. On any
+    failure the temp file is removed and the old `path` (if any) is untouched; a full disk
+    raises DiskFullError(path)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with writing(path):
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
