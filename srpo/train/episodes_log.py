@@ -39,6 +39,7 @@ import torch
 
 from srpo.batch import FlatBatch
 from srpo.jsonl import dumps_line, split_lines
+from srpo.train.disk import writing
 from srpo.objective.methods import SetUpdateState
 from srpo.rollout.records import episode_to_dict
 from srpo.types import Episode, Member
@@ -151,10 +152,14 @@ def write_records(path: Path, records: Iterable[dict[str, Any]]) -> Path:
     """gzip JSON lines at `path`, written to a temp file and renamed (never half a file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=6) as f:
-        for rec in records:
-            f.write(dumps_line(rec, default=str))  # any generated character: srpo.jsonl
-    os.replace(tmp, path)
+    try:
+        with writing(path), gzip.open(tmp, "wt", encoding="utf-8", compresslevel=6) as f:
+            for rec in records:
+                f.write(dumps_line(rec, default=str))  # any generated character: srpo.jsonl
+        os.replace(tmp, path)
+    except BaseException:  # a full disk or a kill mid-write leaves no temporary file
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 

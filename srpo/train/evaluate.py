@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any
 import torch
 
 from srpo.rollout.runner import RolloutRunner
+from srpo.train.disk import atomic_write_text
 from srpo.train.stats import Interval, wilson_interval
 from srpo.types import Episode, Task
 from srpo.workflows.base import Workflow, normalize_reward
@@ -160,7 +160,4 @@ def write_eval_json(path: str | Path, result: EvalResult, **extra: Any) -> Path:
     """RESULT as JSON at PATH (write-temp + rename: a reader never sees half a file)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(result.to_dict(**extra), indent=1) + "\n")
-    os.replace(tmp, path)
-    return path
+    return atomic_write_text(path, json.dumps(result.to_dict(**extra), indent=1) + "\n")

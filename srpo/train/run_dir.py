@@ -27,6 +27,10 @@ from typing import Any
 
 import yaml
 
+from srpo.config.errors import ConfigError
+from srpo.config.yaml_reader import load_yaml, read_config_text
+from srpo.train.disk import atomic_write_text
+
 LOCK_FILE = ".srpo.lock"
 CONFIG_FILE = "config.yaml"
 
@@ -87,32 +91,24 @@ def _holder(path: Path) -> str:
     return f"pid {pid}" if pid.isdigit() else "pid unknown"
 
 
-def _is_srpo_written(text: str) -> bool:
+def _is_srpo_written(path: Path) -> bool:
     """True for a config.yaml srpo wrote: exactly `yaml.safe_dump` of its own content, so
-    rewriting it loses nothing (no comments, no layout of a person's)."""
+    rewriting it loses nothing (no comments, no layout of a person's). Read with the config
+    loader's bounds: whatever sits in an output_dir cannot hang or exhaust the check."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
+        text = read_config_text(path)
+        data = load_yaml(text, str(path))
+    except (ConfigError, OSError):
         return False
     return isinstance(data, dict) and yaml.safe_dump(data, sort_keys=False) == text
-
-
-# a config.yaml above this size is not one srpo wrote (a resolved config is a few KB)
-_MAX_WRITTEN_CONFIG_BYTES = 1 << 20
 
 
 def check_config_file(run_dir: str | Path) -> None:
     """Refuse a run that would overwrite a hand-written RUN/config.yaml (e.g. `srpo train RUN`
     with a config file whose output_dir is its own folder): its comments would be lost."""
     path = Path(run_dir) / CONFIG_FILE
-    if not path.is_file():
+    if not path.is_file() or _is_srpo_written(path):
         return
-    if path.stat().st_size <= _MAX_WRITTEN_CONFIG_BYTES:
-        try:
-            if _is_srpo_written(path.read_text(encoding="utf-8")):
-                return
-        except (OSError, UnicodeDecodeError):
-            pass
     raise ValueError(
         f"{path} was not written by srpo (it has comments or its own layout), and this run would "
         f"replace it with its resolved config: keep your config outside the output_dir (e.g. "
@@ -123,14 +119,4 @@ def check_config_file(run_dir: str | Path) -> None:
 def write_config(run_dir: str | Path, config: dict[str, Any]) -> Path:
     """RUN/config.yaml, the resolved config, written atomically (a kill or a full disk leaves
     the previous file, never half of one: `srpo train RUN resume=true` reads it)."""
-    path = Path(run_dir) / CONFIG_FILE
-    tmp = path.with_name(f".{CONFIG_FILE}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(yaml.safe_dump(config, sort_keys=False))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return atomic_write_text(Path(run_dir) / CONFIG_FILE, yaml.safe_dump(config, sort_keys=False))
