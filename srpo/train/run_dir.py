@@ -19,6 +19,7 @@ would replace it and lose them; `check_config_file` refuses that instead.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -42,45 +43,68 @@ class RunDirectoryBusy(ValueError):
 class RunLock:
     """An exclusive, kernel-released lock on one run directory (see the module docstring)."""
 
-    def __init__(self, path: Path, fd: int):
-        self.path, self._fd = path, fd
+    def __init__(self, path: Path, fd: int, *, created: bool):
+        self.path, self._fd, self._created = path, fd, created
 
     @classmethod
     def acquire(cls, run_dir: str | Path) -> RunLock:
         """Lock `run_dir` (created if missing) or raise RunDirectoryBusy naming the holder."""
         run_dir = Path(run_dir)
+        created = not run_dir.exists()
         run_dir.mkdir(parents=True, exist_ok=True)
         path = run_dir / LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                os.close(fd)
+                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise
+                raise RunDirectoryBusy(
+                    f"{run_dir} is in use by another srpo process ({_holder(path)}): one process "
+                    f"writes a run directory at a time; wait for it to end (a killed one frees it "
+                    f"at once) or choose another output_dir"
+                ) from None
+            if _same_file(fd, path):
+                break
+            # a refused run removed the file between our open and our lock (discard below): the
+            # lock we hold is on a file nobody else will open; take the one at the path instead
             os.close(fd)
-            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise
-            raise RunDirectoryBusy(
-                f"{run_dir} is in use by another srpo process ({_holder(path)}): one process "
-                f"writes a run directory at a time; wait for it to end (a killed one frees it at "
-                f"once) or choose another output_dir"
-            ) from None
         # the holder's pid, for the message above; written after the lock so no other holder races it
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
-        return cls(path, fd)
+        return cls(path, fd, created=created)
 
     @property
     def held(self) -> bool:
         return self._fd is not None
 
-    def release(self) -> None:
-        """Unlock (idempotent). The lock file stays: the next holder overwrites its pid."""
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+    def release(self, *, discard: bool = False) -> None:
+        """Unlock (idempotent). The lock file stays (the next holder overwrites its pid), except
+        with `discard`, for a run refused before it wrote anything: a directory this lock
+        created and that holds nothing but the lock file is removed again, so a refused run
+        leaves no trace. The file is unlinked while still locked (see acquire's check)."""
+        if self._fd is None:
+            return
+        if discard and self._created and [p.name for p in self.path.parent.iterdir()] == [LOCK_FILE]:
+            self.path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # someone put a file there meanwhile: keep it
+                self.path.parent.rmdir()
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+        self._fd = None
 
     def __del__(self) -> None:  # a Trainer dropped without train(): free the directory
         self.release()
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        a, b = os.fstat(fd), os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _holder(path: Path) -> str:

@@ -180,7 +180,7 @@ class Trainer:
                 check_config_file(self.run_dir)
             self._set_up(cfg, policies)
         except BaseException:
-            self.release_run_dir()
+            self.release_run_dir(discard=True)  # refused before any work: leave no directory behind
             raise
 
     def _set_up(self, cfg: Config, policies: PolicySet | None) -> None:
@@ -217,10 +217,11 @@ class Trainer:
         # bars on rank 0's terminal only; plain lines otherwise (srpo.train.progress)
         self.progress = RunProgress(enabled=None if self.dist.is_main else False)
 
-    def release_run_dir(self) -> None:
-        """Let another process write this run directory (train() does it when it ends)."""
+    def release_run_dir(self, *, discard: bool = False) -> None:
+        """Let another process write this run directory (train() does it when it ends).
+        discard: also remove the directory if the lock created it and it holds nothing else."""
         if self._run_lock is not None:
-            self._run_lock.release()
+            self._run_lock.release(discard=discard)
 
     # ------------------------------------------------------------------ setup helpers
 

@@ -161,3 +161,43 @@ def test_a_report_that_cannot_be_made_does_not_fail_a_finished_run(tmp_path, mon
     err = capsys.readouterr().err
     assert "report: not written (" in err and f"srpo report {run}" in err, err
     assert not (run / "report.html").exists()
+
+
+def test_a_run_refused_before_any_work_leaves_no_directory(tmp_path):
+    run = tmp_path / "new"
+    lock = RunLock.acquire(run)
+    lock.release(discard=True)
+    assert not run.exists()
+    run.mkdir()  # a directory the user made stays, with only the lock file in it
+    lock = RunLock.acquire(run)
+    lock.release(discard=True)
+    assert run.is_dir()
+
+
+def test_a_lock_file_removed_between_open_and_lock_is_retried(tmp_path, monkeypatch):
+    """The flock-then-unlink race: a refused run removes its lock file (still locked) just after
+    this process opened it; the lock taken on that unlinked file would exclude nobody, so acquire
+    takes the file now at the path instead, and a third process is refused."""
+    import fcntl
+
+    import srpo.train.run_dir as run_dir_module
+
+    run = tmp_path / "r"
+    run.mkdir()
+    calls = []
+    real_flock = fcntl.flock
+
+    def flock_after_a_discard(fd, op):
+        if not calls:  # the first open's file disappears before it is locked
+            (run / LOCK_FILE).unlink()
+        calls.append(op)
+        return real_flock(fd, op)
+
+    monkeypatch.setattr(run_dir_module.fcntl, "flock", flock_after_a_discard)
+    lock = RunLock.acquire(run)
+    monkeypatch.undo()
+    assert len(calls) == 2  # retried once
+    assert os.fstat(lock._fd).st_ino == os.stat(run / LOCK_FILE).st_ino
+    with pytest.raises(RunDirectoryBusy):
+        RunLock.acquire(run)
+    lock.release()
