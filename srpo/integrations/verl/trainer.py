@@ -33,6 +33,7 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.metric import reduce_metrics
+from verl.utils.py_functional import rename_dict
 
 from srpo.integrations.verl import ADV_ESTIMATORS, POLICY_LOSSES, TRAINER_MODE, fields
 from srpo.integrations.verl.advantage import RowSets, config_get, row_sets
@@ -176,7 +177,8 @@ class SrpoSyncTrainer(PPOTrainerSync):
             "temperature": rollout.temperature,
         })
         output = self.actor_rollout_wg.update_actor(batch)
-        out_metrics = {f"actor/{k}": v for k, v in output["metrics"].items()}
+        # verl's own prefixing: ppo_loss already names some metrics "actor/..." (actor/pg_loss)
+        out_metrics = rename_dict(output["metrics"], "actor/")
         if "actor/mfu" in out_metrics:
             out_metrics["perf/mfu/actor"] = out_metrics.pop("actor/mfu")
         metrics.update(reduce_metrics(out_metrics))
