@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from srpo.config.yaml_reader import load_yaml, read_config_text
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class Run:
 
 
 def load_spec(path: str | Path) -> dict[str, Any]:
-    spec = yaml.safe_load(Path(path).read_text())
+    spec = load_yaml(read_config_text(Path(path)), f"study spec {str(path)!r}")  # bounded, one line
     for key in ("name", "output", "presets", "methods", "blocks"):  # "levels" is a YAML anchor store
         if key not in spec:
             raise ValueError(f"{path}: the spec needs {key!r}")

@@ -32,9 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from srpo.config import Config, ConfigError, check_file_name, from_dict, set_dotted, to_dict
+from srpo.config.yaml_reader import load_yaml, read_config_text
 
 # Budget-defining keys: a method that changed them would not get the same rollouts and tokens.
 BUDGET_KEYS = ("sampling", "group_size", "train.steps", "train.tasks_per_step", "task", "workflow",
@@ -96,7 +95,7 @@ class StudySpec:
         path = Path(base_file)
         if not path.is_file():
             raise ConfigError(f"study {self.name}: setting {setting!r}: config file {base_file!r} does not exist")
-        data = yaml.safe_load(path.read_text()) or {}
+        data = load_yaml(read_config_text(path), f"config file {str(path)!r}") or {}
         if not isinstance(data, dict):
             raise ConfigError(f"study {self.name}: {base_file} must hold a mapping")
         data = to_dict(from_dict(Config, data))  # defaults filled in, so dotted keys always land
@@ -235,8 +234,5 @@ def load_spec(path: str | Path, *, quick: bool = False) -> StudySpec:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"study spec {str(path)!r} does not exist")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ConfigError(f"study spec {str(path)!r} is not valid YAML: {e}") from e
+    data = load_yaml(read_config_text(path), f"study spec {str(path)!r}")  # bounded, one line
     return parse_spec(data, quick=quick, source=str(path))

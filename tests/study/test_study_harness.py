@@ -316,3 +316,24 @@ def test_parallel_jobs_run_every_cell_once(tmp_path):
     assert [c.label for c in done] == [c.label for c in plan_cells(spec)]
     with pytest.raises(ValueError, match="subprocess launcher"):
         run_study(spec, launch=inprocess_launcher, jobs=2)
+
+
+@pytest.mark.parametrize("text, says", [
+    ("a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
+        f"{c}: &{c} [{', '.join([f'*{p}'] * 10)}]\n" for p, c in zip("abcdef", "bcdefg")), "aliases"),
+    ("name: x\nname: y\n", "duplicate key 'name' at line 1 and line 2"),
+])
+def test_a_study_spec_and_a_run_config_are_read_within_the_config_bounds(tmp_path, text, says):
+    """Study specs (both harnesses) and a run's config.yaml read by the report go through the
+    config loader's bounds: an alias bomb or a duplicate key is one ConfigError, at once."""
+    from srpo.study.mechanism_plan import load_spec as load_mechanism_spec
+    from srpo.study.spec import load_spec
+    from srpo.train.report.data import ReportError, collect_run
+
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    for load in (load_spec, load_mechanism_spec):
+        with pytest.raises(ConfigError, match=says):
+            load(path)
+    with pytest.raises(ReportError, match=says):
+        collect_run(tmp_path)

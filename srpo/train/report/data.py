@@ -13,8 +13,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from srpo.config.errors import ConfigError
+from srpo.config.yaml_reader import load_yaml, read_config_text
 from srpo.train import episodes_log
 from srpo.train.metrics_log import read_metrics
 from srpo.train.stats import paired_comparison
@@ -44,8 +44,8 @@ def _config(run: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ReportError(f"{run} has no config.yaml: not a run directory (srpo train writes one)")
     try:
-        cfg = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
+        cfg = load_yaml(read_config_text(path), str(path))  # bounded: a run dir may hold anything
+    except (OSError, ConfigError) as e:
         raise ReportError(f"{path} is not readable YAML ({e})") from None
     if not isinstance(cfg, dict):
         raise ReportError(f"{path} does not hold a config mapping")
