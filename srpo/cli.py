@@ -71,7 +71,27 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpa
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(build_parser(), argv)
-    return int(args.handler(args) or 0)
+    try:
+        return int(args.handler(args) or 0)
+    except Exception as e:  # a full disk in any command's writer (rollouts, eval --out, index): one line
+        line = _disk_full_line(e)
+        if line is None:
+            raise
+        print(f"srpo {args.command}: {line}", file=sys.stderr)
+        return 1
+
+
+def _disk_full_line(error: BaseException) -> str | None:
+    """The line for a full disk (None if `error` is not one). `srpo train` and `srpo report`
+    say more (what of the run is intact); this is the floor for every other command."""
+    from srpo.disk import DiskFullError, disk_full_errno
+
+    code = disk_full_errno(error)
+    if code is None:
+        return None
+    if not isinstance(error, DiskFullError):
+        error = DiskFullError(getattr(error, "filename", None) or "a file (the writer did not say which)", code)
+    return f"{error}; its partial file was removed where srpo wrote it atomically: free space and run it again"
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ def _disk_full_line(error: BaseException, run_dir: Path) -> str | None:
     intact, and how to go on. Checkpoint saves already name the newest intact checkpoint; an
     export, the report or any other file of the run gets that hint here."""
     from srpo.train.checkpoint import CHECKPOINTS_DIR, disk_full_hint
-    from srpo.train.disk import DiskFullError, disk_full_errno
+    from srpo.disk import DiskFullError, disk_full_errno
 
     code = disk_full_errno(error)
     if code is None:

@@ -31,7 +31,7 @@ optimizer parameter-group sizes, the structure of the optimizer and RNG files. E
 raises a `CheckpointError` naming what is wrong; a file that safetensors or torch refuses (a
 crafted header, a pickle needing code) is a CorruptCheckpointError naming it, not their own error.
 
-A full disk. Every write runs inside `srpo.train.disk.writing`, so whatever the writing library
+A full disk. Every write runs inside `srpo.disk.writing`, so whatever the writing library
 raises on ENOSPC / EDQUOT becomes a `DiskFullError` naming the file; the temporary directory or
 file is removed first, and the previous checkpoint (or export) is untouched and still `latest`.
 """
@@ -60,7 +60,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from srpo import __version__
-from srpo.train.disk import DiskFullError, atomic_write_text, disk_full_errno, writing
+from srpo.disk import DiskFullError, atomic_write_text, disk_full_errno, writing
 
 CHECKPOINTS_DIR = "checkpoints"
 STATE_FILE = "trainer_state.json"  # written last: the completion marker

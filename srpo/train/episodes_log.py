@@ -39,7 +39,7 @@ import torch
 
 from srpo.batch import FlatBatch
 from srpo.jsonl import dumps_line, split_lines
-from srpo.train.disk import writing
+from srpo.disk import writing
 from srpo.objective.methods import SetUpdateState
 from srpo.rollout.records import episode_to_dict
 from srpo.types import Episode, Member

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from srpo.rollout.runner import RolloutRunner
-from srpo.train.disk import atomic_write_text
+from srpo.disk import atomic_write_text
 from srpo.train.stats import Interval, wilson_interval
 from srpo.types import Episode, Task
 from srpo.workflows.base import Workflow, normalize_reward

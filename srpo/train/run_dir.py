@@ -30,7 +30,7 @@ import yaml
 
 from srpo.config.errors import ConfigError
 from srpo.config.yaml_reader import load_yaml, read_config_text
-from srpo.train.disk import atomic_write_text
+from srpo.disk import atomic_write_text
 
 LOCK_FILE = ".srpo.lock"
 CONFIG_FILE = "config.yaml"

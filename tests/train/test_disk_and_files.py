@@ -414,7 +414,7 @@ def test_other_malformed_rng_and_optimizer_files_are_named(trained, tmp_path, co
 
 
 def test_an_exceeded_quota_counts_as_a_full_disk(tmp_path):
-    from srpo.train.disk import atomic_write_text, disk_full_errno, writing
+    from srpo.disk import atomic_write_text, disk_full_errno, writing
 
     with pytest.raises(DiskFullError, match=rf"the disk is full \({os.strerror(errno.EDQUOT)}\) while writing {tmp_path}"):
         with writing(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from srpo.train.disk import DiskFullError, atomic_write_text, writing
+from srpo.disk import DiskFullError, atomic_write_text, writing
 from srpo.train.report.data import ReportError, collect_run
 from srpo.train.report.render import render_html
 

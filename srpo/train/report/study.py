@@ -7,7 +7,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from srpo.train.disk import atomic_write_text
+from srpo.disk import atomic_write_text
 from srpo.train.report import REPORT_FILE
 
 _STYLE = """body{font:14px/1.4 system-ui,sans-serif;margin:16px;color:#1d2430}
