@@ -85,3 +85,23 @@ def test_rollout_bad_input_exits_2_with_a_message(tmp_path, capsys, argv, messag
 def test_missing_config_file(tmp_path, capsys):
     code = run_cli(["rollout", str(tmp_path / "none.yaml"), "--n", "1", "--out", str(tmp_path / "x")])
     assert code == 2 and "does not exist" in capsys.readouterr().err
+
+
+def test_a_full_disk_in_any_command_is_one_line_and_leaves_no_partial_file(tmp_path, capsys, monkeypatch):
+    """srpo.cli.main's floor for every command (rollout here): exit 1, one line naming the file;
+    the rollout file is written temp-then-rename, so nothing half-written stays."""
+    import errno
+
+    import srpo.rollout.records as records
+    from srpo.cli import main
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(records, "dumps_line", full)
+    out = tmp_path / "eps.jsonl"
+    code = main(["rollout", SMOKE, "group_size=2", "sampling.max_new_tokens=3", "--n", "1", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 1, err
+    assert len(err.splitlines()) == 1 and f"the disk is full (No space left on device) while writing {out}" in err, err
+    assert list(tmp_path.iterdir()) == []
