@@ -14,8 +14,10 @@ A config selects a pack with `task.name`; the pack's own settings live under `ta
 
 Built-in packs are found through Python entry points (group "srpo.task_packs", declared in
 pyproject.toml), so the core imports none of them: installing a package that declares such an
-entry point adds a task family without touching srpo. A pack given as "file.py:NAME" is
-executed when the config is loaded, as a workflow file is: a config that names code runs it.
+entry point adds a task family without touching srpo. srpo's own packs (math, search, testbed)
+are also known by name without their entry points (`BUILTIN_PACKS`: a source checkout on
+PYTHONPATH, never installed, has none), still imported only on first use. A pack given as
+"file.py:NAME" is executed when the config is loaded, as a workflow file is: a config that names code runs it.
 Only a `TaskPack` value is accepted (anything else is refused before it is used).
 """
 
@@ -30,6 +32,13 @@ from srpo.types import Task
 from srpo.workflows.registry import import_reference, register_workflow
 
 ENTRY_POINT_GROUP = "srpo.task_packs"
+# srpo's own packs, by the references pyproject.toml's entry points give them: used when no
+# entry point of that name is installed (tests/unit/test_task_packs.py keeps the two equal).
+BUILTIN_PACKS = {
+    "math": "srpo.tasks.math.pack:PACK",
+    "search": "srpo.tasks.search.pack:PACK",
+    "testbed": "srpo.tasks.testbed.pack:PACK",
+}
 
 RewardFn = Callable[[Task, str], Any]  # (task, final answer text) -> RewardResult | mapping | float
 
@@ -103,8 +112,8 @@ def _entry_points() -> dict[str, Any]:
 
 
 def known_pack_names() -> list[str]:
-    """The registered packs and the installed (entry point) ones, sorted."""
-    return sorted(set(_PACKS) | set(_entry_points()))
+    """The registered packs, the installed (entry point) ones and srpo's own, sorted."""
+    return sorted(set(_PACKS) | set(_entry_points()) | set(BUILTIN_PACKS))
 
 
 def load_all_packs() -> list[TaskPack]:
@@ -113,12 +122,17 @@ def load_all_packs() -> list[TaskPack]:
 
 
 def get_pack(name: str) -> TaskPack:
-    """The pack `name`: registered, installed (entry point), or "file.py:NAME" / "module:NAME"."""
+    """The pack `name`: registered, installed (entry point), srpo's own (BUILTIN_PACKS), or
+    "file.py:NAME" / "module:NAME"."""
     if name in _PACKS:
         return _PACKS[name]
     eps = _entry_points()
     if name in eps:
         return register_pack(_checked(eps[name].load(), f"task pack {name!r} (entry point)"))
+    if name in BUILTIN_PACKS:  # srpo's own, without an installed entry point
+        ref = BUILTIN_PACKS[name]
+        return register_pack(_checked(import_reference(ref, what="task pack"),
+                                      f"task pack {name!r} ({ref})"))
     if ":" in name:
         return register_pack(_import_pack(name))
     raise ValueError(
