@@ -61,8 +61,7 @@ DEVICE = os.environ.get("SMOKE_DEVICE", "cuda")
 CUDA = DEVICE.startswith("cuda")
 BUDGET_S = float(os.environ.get("SMOKE_BUDGET_S", "540"))
 BIG = os.environ.get("SMOKE_BIG", "auto")
-OUT = Path(os.environ.get("OUT") or os.environ.get("SMOKE_OUT")
-           or tempfile.mkdtemp(prefix="srpo-gpu-smoke."))
+OUT = Path(os.environ.get("OUT") or os.environ.get("SMOKE_OUT") or "")  # set in main()
 START = time.perf_counter()
 RESULTS: list[dict] = []
 LOG = OUT / "smoke.log"
@@ -166,7 +165,7 @@ def _small(cpu_value, cuda_value):
 
 
 def train_check(preset: str, overrides: list[str], *, expect_steps: int, before: bool = True,
-                after: bool = True, moves: bool = True):
+                after: bool = True, moves: bool = True, exports: tuple[str, ...] = ()):
     """A Trainer run; moves: some step's gradient must be non-zero (the update really ran)."""
     import torch  # noqa: F401  (loaded before srpo, as srpo does)
 
@@ -198,6 +197,11 @@ def train_check(preset: str, overrides: list[str], *, expect_steps: int, before:
                "mismatch_kl": f"{hist[-1].get('mismatch/kl', float('nan')):.1e}",
                "loss": f"{hist[-1].get('loss', float('nan')):.2e}", "grad_max": f"{grad:.2e}"}
     run_dir = result.run_dir
+    for policy in exports:
+        if not (run_dir / "export" / policy / "config.json").is_file():
+            raise AssertionError(f"no export of policy {policy!r} in {run_dir / 'export'}")
+    if exports:
+        numbers["exported"] = ",".join(exports)
     del trainer, result
     return run_dir, numbers
 
@@ -229,7 +233,50 @@ def cli_check(args: list[str], expect: Path | None = None):
     return None, numbers
 
 
+def plan(device: str, runs: Path, data: Path, models: dict[str, Path]) -> dict[str, list[str]]:
+    """The config overrides of each training check (on configs/gpu/math_gsm8k.yaml, or
+    search_nq.yaml for search-*): sizes for a GPU, or small ones on a CPU. data: the GSM8K-format
+    file; models: the random model folders by size ("0.5b", "1.5b")."""
+    gpu = device.startswith("cuda")
+
+    def small(cpu_value, gpu_value):
+        return gpu_value if gpu else cpu_value
+
+    heldout, train = small(4, 32), small(16, 200)
+    common = [f"device={device}", "model.dtype=bfloat16", "seed=0", "checkpoint.tensorboard=false",
+              "checkpoint.plots=false", "train.warmup_steps=0", "eval.every=0", "group_size=4",
+              f"train.tasks_per_step={small(2, 8)}", f"rollout.max_batch_size={small(16, 256)}"]
+    math_common = [*common, "task.source=gsm8k", f"task.path={data}",
+                   f"task.heldout_size={heldout}", f"task.train_size={train}",
+                   f"eval.size={heldout}", f"sampling.max_new_tokens={small(8, 96)}",
+                   # a format component (any number in the answer) gives a random model's
+                   # rollouts varied rewards, so the updates are not all zero
+                   "task.reward={correct_weight: 1.0, format_weight: 0.5, format_rule: any}"]
+    big = [*math_common, f"model.name={models['0.5b']}", "checkpoint.every=2",
+           "train.micro_batch_tokens=16384", "train.lr=5.0e-5", f"output_dir={runs / 'math-0.5b'}"]
+    return {
+        "tiny": [*math_common, "model.name=tiny", "train.steps=2", "checkpoint.export=false",
+                 f"output_dir={runs / 'tiny'}"],
+        # 2 steps with a checkpoint, then resumed to 3, evaluated and both adapters exported
+        "math-0.5b": [*big, "train.steps=2", "checkpoint.export=false", "eval.after=false"],
+        "resume-0.5b": [*big, "train.steps=3", "resume=true", "eval.before=false"],
+        "search-0.5b": [*common, f"model.name={models['0.5b']}", "task.search.corpus=world",
+                        "task.search.index_dir=null", "task.search.plain_text_fallback=true",
+                        f"task.train_size={small(16, 64)}", f"task.heldout_size={small(4, 8)}",
+                        f"eval.size={small(4, 8)}", f"sampling.max_new_tokens={small(8, 64)}",
+                        "train.steps=2", "checkpoint.export=false",
+                        f"output_dir={runs / 'search-0.5b'}"],
+        "math-1.5b": [*math_common, f"model.name={models['1.5b']}", "train.steps=2",
+                      "checkpoint.export=false", "train.micro_batch_tokens=8192", "train.lr=3.0e-5",
+                      "eval.before=false", f"output_dir={runs / 'math-1.5b'}"],
+    }
+
+
 def main() -> int:
+    global OUT, LOG
+    if str(OUT) in ("", "."):
+        OUT = Path(tempfile.mkdtemp(prefix="srpo-gpu-smoke."))
+    LOG = OUT / "smoke.log"
     OUT.mkdir(parents=True, exist_ok=True)
     LOG.write_text("")
     runs = OUT / "runs"
@@ -241,40 +288,23 @@ def main() -> int:
 
     heldout, train = _small(4, 32), _small(16, 200)
     data = write_math_data(OUT / "arithmetic_gsm8k.jsonl", heldout, train)
-    common = [f"device={DEVICE}", "model.dtype=bfloat16", "seed=0", "checkpoint.tensorboard=false",
-              "checkpoint.plots=false", "train.warmup_steps=0", "eval.every=0"]
-    sizes = ["group_size=4", f"train.tasks_per_step={_small(2, 8)}",
-             f"rollout.max_batch_size={_small(16, 256)}"]
-    math_common = [*common, *sizes, "task.source=gsm8k", f"task.path={data}",
-                   f"task.heldout_size={heldout}", f"task.train_size={train}",
-                   f"eval.size={heldout}", f"sampling.max_new_tokens={_small(8, 96)}",
-                   # a format component (any number in the answer) gives a random model's
-                   # rollouts varied rewards, so the updates are not all zero
-                   "task.reward={correct_weight: 1.0, format_weight: 0.5, format_rule: any}"]
-    check("tiny", train_check, math_preset,
-          [*math_common, "model.name=tiny", "train.steps=2", "checkpoint.export=false",
-           f"output_dir={runs / 'tiny'}"], expect_steps=2)
-
     shape = "qwen2.5-0.5b" if CUDA else "qwen2.5-cpu-small"
-    folder = check("init-0.5b", init_check, shape, OUT / "models" / shape)
+    models = {"0.5b": OUT / "models" / shape, "1.5b": OUT / "models" / "qwen2.5-1.5b"}
+    runs_of = plan(DEVICE, runs, data, models)
+    check("tiny", train_check, math_preset, runs_of["tiny"], expect_steps=2)
+
+    folder = check("init-0.5b", init_check, shape, models["0.5b"])
     math_run = None
     if folder is not None:
-        big = [*math_common, f"model.name={folder}", "checkpoint.every=2",
-               "train.micro_batch_tokens=16384", "train.lr=5.0e-5", f"output_dir={runs / 'math-0.5b'}"]
-        first = check("math-0.5b", train_check, math_preset,
-                      [*big, "train.steps=2", "checkpoint.export=false", "eval.after=false"],
+        first = check("math-0.5b", train_check, math_preset, runs_of["math-0.5b"],
                       expect_steps=2, after=False)
         if first is not None:
-            math_run = check("resume-0.5b", train_check, math_preset,
-                             [*big, "train.steps=3", "resume=true", "eval.before=false"],
-                             expect_steps=3, before=False, moves=False)  # 1 step: may be 0
-        world = [*common, *sizes, f"model.name={folder}", "task.search.corpus=world",
-                 "task.search.index_dir=null", "task.search.plain_text_fallback=true",
-                 f"task.train_size={_small(16, 64)}", f"task.heldout_size={_small(4, 8)}",
-                 f"eval.size={_small(4, 8)}", f"sampling.max_new_tokens={_small(8, 64)}",
-                 "train.steps=2", "checkpoint.export=false", f"output_dir={runs / 'search-0.5b'}"]
+            math_run = check("resume-0.5b", train_check, math_preset, runs_of["resume-0.5b"],
+                             expect_steps=3, before=False, moves=False,  # 1 step: may be 0
+                             exports=("solver", "aggregator"))
         # a random model's search rewards are all 0 (no tags, no overlap): its gradient may be 0
-        check("search-0.5b", train_check, search_preset, world, expect_steps=2, moves=False)
+        check("search-0.5b", train_check, search_preset, runs_of["search-0.5b"], expect_steps=2,
+              moves=False)
     if math_run is not None:
         check("eval", cli_check, ["eval", str(math_run), "--n", str(_small(2, 8))])
         check("report", cli_check, ["report", str(math_run), "--out", str(OUT / "report.html")],
@@ -283,12 +313,9 @@ def main() -> int:
     elapsed = time.perf_counter() - START
     run_big = BIG == "1" or (BIG == "auto" and CUDA and elapsed < 0.45 * BUDGET_S)
     if run_big:
-        folder15 = check("init-1.5b", init_check, "qwen2.5-1.5b", OUT / "models" / "qwen2.5-1.5b")
-        if folder15 is not None:
-            check("math-1.5b", train_check, math_preset,
-                  [*math_common, f"model.name={folder15}", "train.steps=2", "checkpoint.export=false",
-                   "train.micro_batch_tokens=8192", "train.lr=3.0e-5", "eval.before=false",
-                   f"output_dir={runs / 'math-1.5b'}"], expect_steps=2, before=False)
+        if check("init-1.5b", init_check, "qwen2.5-1.5b", models["1.5b"]) is not None:
+            check("math-1.5b", train_check, math_preset, runs_of["math-1.5b"], expect_steps=2,
+                  before=False)
     else:
         print(f"gpu_smoke: math-1.5b skipped (SMOKE_BIG={BIG}, {elapsed:.0f} s spent of {BUDGET_S:.0f})",
               flush=True)

@@ -355,23 +355,34 @@ def test_gpu_smoke_script_parses():
 
 
 def test_gpu_smoke_script_runs_the_gpu_presets():
-    text = SCRIPT.read_text()
-    for preset in ("configs/gpu/math_gsm8k.yaml", "configs/gpu/search_nq.yaml"):
-        assert (REPO / preset).is_file() and preset in text
+    text = (REPO / "scripts" / "gpu_smoke.py").read_text()  # what gpu_smoke.sh runs
+    assert "scripts/gpu_smoke.py" in SCRIPT.read_text()
+    for preset in ("math_gsm8k.yaml", "search_nq.yaml"):
+        assert (GPU / preset).is_file() and f'"{preset}"' in text
     assert "model.dtype=bfloat16" in text and "max_memory_allocated" in text
 
 
 @pytest.mark.usefixtures("cuda_visible")
 def test_gpu_smoke_script_configs_load(tmp_path):
-    """The override lists of the script's phases, evaluated as the script does, load."""
-    text = SCRIPT.read_text()
-    body = text[text.index("<<'PYTHON'\n") : text.index("\nPYTHON\n")]
-    defs = body[body.index("COMMON = [") : body.index("\ndef phase(")]
-    scope = {"model": "smollm2", "device": "cuda", "steps": 4, "out": tmp_path}
-    exec(defs, scope)
-    math_cfg = load_config(GPU / "math_gsm8k.yaml", [*scope["COMMON"], *scope["MATH"], "train.steps=2"])
-    assert (math_cfg.device, math_cfg.model.dtype, math_cfg.task.source) == ("cuda", "bfloat16", "reasoning_gym")
-    search_cfg = load_config(GPU / "search_nq.yaml", [*scope["COMMON"], *scope["SEARCH"]])
-    assert (search_cfg.task.search.corpus, search_cfg.task.search.index_dir) == ("world", None)
-    assert build_workflow_from(search_cfg).name == "search_parallel"
+    """The override lists of the smoke's training checks (scripts/gpu_smoke.py plan()), for a
+    GPU, load (random model folders written at small sizes in place of the real shapes)."""
+    import importlib.util
+
+    from srpo.models.random_init import write_random_model
+
+    spec = importlib.util.spec_from_file_location("gpu_smoke", REPO / "scripts" / "gpu_smoke.py")
+    smoke = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(smoke)
+    data = smoke.write_math_data(tmp_path / "data.jsonl", 32, 200)
+    folder = write_random_model(tmp_path / "m", "qwen2.5-cpu-small", dtype="float32")
+    plan = smoke.plan("cuda", tmp_path / "runs", data, {"0.5b": folder, "1.5b": folder})
+    for name, overrides in plan.items():
+        preset = "search_nq.yaml" if name.startswith("search") else "math_gsm8k.yaml"
+        cfg = load_config(GPU / preset, overrides)
+        assert (cfg.device, cfg.model.dtype) == ("cuda", "bfloat16"), name
+        if preset == "math_gsm8k.yaml":
+            assert cfg.task.source == "gsm8k" and cfg.workflow.name == "parallel", name
+        else:
+            assert (cfg.task.search.corpus, cfg.task.search.index_dir) == ("world", None)
+            assert build_workflow_from(cfg).name == "search_parallel"
 
