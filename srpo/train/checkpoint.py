@@ -497,7 +497,16 @@ def _check_names(what: str, ckpt: Path, expected: set[str], saved: set[str]) -> 
 
 
 def _check_files(ckpt: Path, files: Mapping[str, str]) -> None:
+    if not isinstance(files, Mapping):
+        raise CorruptCheckpointError(f"{ckpt / STATE_FILE}: 'files' must map file names to checksums")
     for name, digest in files.items():
+        # srpo writes plain names of files inside the checkpoint; anything else (a path out of it,
+        # e.g. '../../x', which would have its checksum read) is a crafted marker
+        if not isinstance(name, str) or not isinstance(digest, str) or Path(name).name != name or name in ("", ".", ".."):
+            raise CorruptCheckpointError(
+                f"{ckpt / STATE_FILE} lists {name!r}, which is not a file of the checkpoint: the "
+                f"marker was altered or written by something else"
+            )
         path = ckpt / name
         if not path.is_file():
             raise CorruptCheckpointError(f"checkpoint {ckpt} is missing its file {name}")

@@ -423,3 +423,16 @@ def test_an_exceeded_quota_counts_as_a_full_disk(tmp_path):
     with pytest.raises(ValueError, match="not a disk"), writing(tmp_path):
         raise ValueError("not a disk error")
     assert atomic_write_text(tmp_path / "x.txt", "hi").read_text() == "hi" and _temporaries(tmp_path) == []
+
+
+@pytest.mark.parametrize("name", ["../../../../etc/hostname", "/etc/hostname", "sub/x.pt", ".."])
+def test_a_marker_listing_a_path_outside_its_checkpoint_is_refused_before_reading_it(trained, tmp_path, name):
+    """trainer_state.json names the files whose checksums verify_checkpoint reads: a crafted one
+    pointing out of the checkpoint (a file elsewhere, or a device that never ends) is refused."""
+    ckpt = tmp_path / "step-2"
+    shutil.copytree(trained / "checkpoints" / "step-2", ckpt)
+    meta = json.loads((ckpt / STATE_FILE).read_text())
+    meta["files"][name] = "0" * 64
+    (ckpt / STATE_FILE).write_text(json.dumps(meta))
+    with pytest.raises(CorruptCheckpointError, match=rf"lists {name!r}, which is not a file of the checkpoint"):
+        verify_checkpoint(ckpt)
