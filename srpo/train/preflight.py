@@ -9,7 +9,7 @@ rollouts (which load the same Config) but that make training fail late or learn 
   * every model named is "tiny", "smollm2" or a local model folder (with config.json);
   * every configured agent is a role some workflow declares (a misspelt `agents.solvr`);
   * the task pack's checks (math: a local GSM8K / MATH-500 file's held-out questions do not
-    recur in its training part).
+    recur in its training part; search: a questions file reads whole, blank questions named).
 """
 
 from __future__ import annotations

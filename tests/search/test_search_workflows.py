@@ -548,3 +548,25 @@ def test_cover_component_credits_answers_that_contain_the_gold_and_can_define_su
     assert result.correct == [False, False]
     with pytest.raises(ValueError, match="not a reward component"):
         evaluate(runner, wf, make_tasks(2), success_component="bleu")
+
+
+def test_an_empty_question_in_a_search_file_is_refused_before_any_model(tmp_path, monkeypatch):
+    """The search pack's preflight check reads the questions file: a blank question is named
+    with its file and line before any model is built or any index made."""
+    import srpo.build
+    from srpo.config import load_config
+    from srpo.train.preflight import preflight
+
+    overrides = jsonl_task(tmp_path)
+    questions = tmp_path / "questions.jsonl"
+    lines = questions.read_text().splitlines()
+    lines[2] = json.dumps({"id": "q2", "question": "  ", "golden_answers": ["Kessel"]})
+    questions.write_text("\n".join(lines) + "\n")
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was built before the questions file was checked")
+
+    monkeypatch.setattr(srpo.build, "build_policies", no_model)
+    cfg = load_config(SMOKE, [*overrides, f"output_dir={tmp_path / 'run'}"])
+    with pytest.raises(ValueError, match=rf"{questions}:line 3: required field 'question' is empty"):
+        preflight(cfg)

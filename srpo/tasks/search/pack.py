@@ -102,6 +102,18 @@ def load_tasks(cfg: Any, split: str, size: int) -> list[Task]:
     return tasks[:size]
 
 
+def check_question_file(cfg: Any) -> None:
+    """Before any model is built (the trainer's preflight): a questions file given with
+    `corpus: jsonl` reads whole (every record and field, an empty question named with its file
+    and line), as its loader will read it. The generated world and Wikipedia need no check."""
+    s = cfg.search
+    if s.corpus == "jsonl":
+        from srpo.tasks.search import loaders
+
+        {"nq": loaders.load_nq, "hotpotqa": loaders.load_hotpotqa,
+         "2wiki": loaders.load_2wiki, "musique": loaders.load_musique}[s.questions_format](s.questions_path)
+
+
 def make_reward(cfg: Any) -> Any:
     from srpo.tasks.search.rewards import SearchReward
 
@@ -169,4 +181,5 @@ PACK = TaskPack(
     workflows=SEARCH_WORKFLOWS,
     answer_key=answer_key,
     make_environment=build_search_env,
+    check=check_question_file,
 )
