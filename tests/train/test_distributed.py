@@ -79,13 +79,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_torchrun_two_processes_train_and_write_one_run_directory(tmp_path):
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_torchrun_two_processes_train_and_write_one_run_directory(tmp_path, dtype):
+    """bfloat16: the model.dtype the GPU presets use, through the same gloo all-reduce (the
+    precision issue will add `auto`; this is the path it builds on)."""
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
            "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
            "-m", "srpo.cli", "train", str(REPO / "configs" / "smoke.yaml"), f"output_dir={run}",
            "train.steps=2", "eval.size=4", "checkpoint.every=1", "checkpoint.plots=false",
-           "checkpoint.tensorboard=false", "train.threads=1"]
+           "checkpoint.tensorboard=false", "train.threads=1", f"model.dtype={dtype}"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300,
                           env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -93,6 +96,6 @@ def test_torchrun_two_processes_train_and_write_one_run_directory(tmp_path):
     assert [r["step"] for r in lines if "loss" in r] == [1, 2]  # rank 0 logs, once per step
     assert proc.stdout.count("[eval before]") == 1 and proc.stdout.count("step 2/2") == 1
     assert (run / "checkpoints" / "step-2" / "trainer_state.json").is_file()
-    assert (run / "export" / "shared" / "config.json").is_file()
+    assert json.loads((run / "export" / "shared" / "config.json").read_text())["dtype"] == dtype
     # each rank rolled out half of the step's tasks: 4 tasks x G 2 -> 4 episodes on rank 0
     assert lines[1]["rollout/episodes"] == 4.0
