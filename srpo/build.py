@@ -152,8 +152,12 @@ def check_configured_agents(cfg: Config, workflow: Workflow) -> None:
     known = _known_roles(task_pack(cfg))
     unknown = [name for name in extra if name not in known]
     if unknown:
+        import difflib
+
+        close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
         raise ConfigError(
-            f"agents.{unknown[0]}: no workflow declares an agent {unknown[0]!r}; workflow "
+            f"agents.{unknown[0]}: no workflow declares an agent {unknown[0]!r}; {hint}workflow "
             f"{workflow.name!r} declares {sorted(declared)} (roles of other workflows: "
             f"{sorted(known - declared)})"
         )

@@ -71,7 +71,7 @@ def workflows_command(args: argparse.Namespace) -> int:
 
 
 def _error(message: str, code: int) -> int:
-    print(f"srpo rollout: error: {message}", file=sys.stderr)
+    print(f"srpo rollout: {message}", file=sys.stderr)  # every command: "srpo <command>: <problem>"
     return code
 
 

@@ -43,7 +43,7 @@ def add_search_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _error(message: str) -> int:
-    print(f"srpo index: error: {message}", file=sys.stderr)
+    print(f"srpo index: {message}", file=sys.stderr)  # every command: "srpo <command>: <problem>"
     return 2
 
 

@@ -78,7 +78,7 @@ def test_rollout_bad_input_exits_2_with_a_message(tmp_path, capsys, argv, messag
     code = run_cli(["rollout", SMOKE, *positional, *options, "--out", str(tmp_path / "x.jsonl")])
     assert code == 2
     err = capsys.readouterr().err
-    assert err.startswith("srpo rollout: error: ") and message in err
+    assert err.startswith("srpo rollout: ") and message in err
     assert not (tmp_path / "x.jsonl").exists()
 
 

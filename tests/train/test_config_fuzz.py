@@ -100,8 +100,8 @@ OVERRIDE_CASES = {
     "model.name not a model folder": (["model.name=../../../../etc"], r"model\.name '\.\./\.\./\.\./\.\./etc' is not"),
     "model.name unknown": (["model.name=gpt2"], r"model\.name 'gpt2' is not a known model name nor an existing folder"),
     "agent no workflow declares": (["agents.solvr.system_prompt=hi"],
-                                   r"agents\.solvr: no workflow declares an agent 'solvr'; workflow "
-                                   r"'parallel' declares \['aggregator', 'solver'\]"),
+                                   r"agents\.solvr: no workflow declares an agent 'solvr'; did you mean "
+                                   r"'solver'\? workflow 'parallel' declares \['aggregator', 'solver'\]"),
     "unknown top-level key": (["trian.steps=1"], r"unknown key\(s\) \['trian'\]"),
     "wrong type": (["train.steps=abc"], r"train\.steps must be an integer, got str 'abc'"),
     "negative steps": (["train.steps=-1"], r"train\.steps must be > 0, got -1"),
