@@ -84,14 +84,12 @@ def main(argv: list[str] | None = None) -> int:
 def _disk_full_line(error: BaseException) -> str | None:
     """The line for a full disk (None if `error` is not one). `srpo train` and `srpo report`
     say more (what of the run is intact); this is the floor for every other command."""
-    from srpo.disk import DiskFullError, disk_full_errno
+    from srpo.disk import as_disk_full
 
-    code = disk_full_errno(error)
-    if code is None:
+    full = as_disk_full(error, "a file (the writer did not say which)")
+    if full is None:
         return None
-    if not isinstance(error, DiskFullError):
-        error = DiskFullError(getattr(error, "filename", None) or "a file (the writer did not say which)", code)
-    return f"{error}; its partial file was removed where srpo wrote it atomically: free space and run it again"
+    return f"{full}; its partial file was removed where srpo wrote it atomically: free space and run it again"
 
 
 if __name__ == "__main__":

@@ -46,30 +46,18 @@ def _disk_full_line(error: BaseException, run_dir: Path) -> str | None:
     """One line for a full disk anywhere in a run (None if `error` is not one): the file, what is
     intact, and how to go on. Checkpoint saves already name the newest intact checkpoint; an
     export, the report or any other file of the run gets that hint here."""
+    from srpo.disk import as_disk_full
     from srpo.train.checkpoint import CHECKPOINTS_DIR, disk_full_hint
-    from srpo.disk import DiskFullError, disk_full_errno
 
-    code = disk_full_errno(error)
-    if code is None:
+    error = as_disk_full(error, run_dir)  # a writer srpo does not wrap (logs, plots): the run dir
+    if error is None:
         return None
-    if not isinstance(error, DiskFullError):  # a writer srpo does not wrap (logs, plots)
-        named = next((e.filename for e in _chain(error) if isinstance(e, OSError) and e.filename), None)
-        error = DiskFullError(named or run_dir, code)
     if error.path.is_relative_to(run_dir / CHECKPOINTS_DIR):
         return str(error)
     hint = disk_full_hint(run_dir)
     if error.path.name == "report.html":
         hint += f" (or, as training is complete, `srpo report {run_dir}` writes just the report)"
     return str(error.with_hint(f"{error.hint}; {hint}" if error.hint else hint))
-
-
-def _chain(error: BaseException | None):
-    """An error and those it was raised from or during."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        yield error
-        error = error.__cause__ or error.__context__
 
 
 def _cmd_train(args: argparse.Namespace) -> int:

@@ -42,6 +42,15 @@ class DiskFullError(OSError):
         return new
 
 
+def error_chain(error: BaseException | None) -> Iterator[BaseException]:
+    """`error`, then the errors it was raised from or during (__cause__, else __context__)."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
 def disk_full_errno(error: BaseException | None) -> int | None:
     """ENOSPC / EDQUOT if `error` or any error it was raised from or during is a full disk.
 
@@ -49,19 +58,28 @@ def disk_full_errno(error: BaseException | None) -> int | None:
     ("unexpected pos ...") during the OSError its failed write raised. safetensors (Rust) puts
     the OS error only in its message, as "(os error 28)".
     """
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, DiskFullError):
-            return error.errno
-        if isinstance(error, OSError) and error.errno in FULL_ERRNOS:
-            return error.errno
-        text = str(error)
+    for e in error_chain(error):
+        if isinstance(e, DiskFullError):
+            return e.errno
+        if isinstance(e, OSError) and e.errno in FULL_ERRNOS:
+            return e.errno
+        text = str(e)
         for code in FULL_ERRNOS:
             if f"(os error {code})" in text or os.strerror(code) in text:
                 return code
-        error = error.__cause__ or error.__context__
     return None
+
+
+def as_disk_full(error: BaseException, where: str | Path) -> DiskFullError | None:
+    """`error` as a DiskFullError (None if it is no full disk): itself, or one naming the first
+    file an OSError of its chain names, else `where` (for writers srpo does not wrap)."""
+    code = disk_full_errno(error)
+    if code is None:
+        return None
+    if isinstance(error, DiskFullError):
+        return error
+    named = next((e.filename for e in error_chain(error) if isinstance(e, OSError) and e.filename), None)
+    return DiskFullError(named or where, code)
 
 
 @contextmanager
