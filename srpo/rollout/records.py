@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from srpo.jsonl import dumps_line
-from srpo.disk import writing
+from srpo.disk import atomic_write_text
 from srpo.types import Episode
 
 
@@ -52,15 +51,7 @@ def write_jsonl(episodes: Iterable[Episode], path: str | Path, *, with_ids: bool
     """Write one episode a line; returns the number written. Parent folders are created."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    n = 0
-    try:  # write-temp + rename: a full disk or a kill leaves the old file (or none), never half
-        with writing(path), tmp.open("w", encoding="utf-8") as f:
-            for ep in episodes:
-                # any generated character, one line each (srpo.jsonl); NaN stays allowed here, as before
-                f.write(dumps_line(episode_to_dict(ep, with_ids=with_ids), default=str, allow_nan=True))
-                n += 1
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return n
+    # any generated character, one line each (srpo.jsonl); NaN stays allowed here, as before
+    lines = [dumps_line(episode_to_dict(ep, with_ids=with_ids), default=str, allow_nan=True) for ep in episodes]
+    atomic_write_text(path, "".join(lines))  # a full disk or a kill leaves the old file, never half
+    return len(lines)

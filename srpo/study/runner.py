@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from srpo.config import to_dict
+from srpo.disk import atomic_write_text
 from srpo.jsonl import loads_lines
 from srpo.study.spec import StudySpec
 from srpo.train.checkpoint import config_fingerprint, latest_checkpoint
@@ -96,10 +97,8 @@ def _read_json(path: Path) -> dict[str, Any]:
 def _write_json(path: Path, data: dict[str, Any], *, compact: bool = False) -> None:
     """Atomic: a reader sees the old file or the new one, never half of it. compact: no
     indentation (the mechanism study's per-run records, ~2,000 of them)."""
-    tmp = path.with_name(path.name + ".tmp")
     text = json.dumps(data, separators=(",", ":")) if compact else json.dumps(data, indent=1)
-    tmp.write_text(text + "\n")
-    os.replace(tmp, path)
+    atomic_write_text(path, text + "\n")
 
 
 def _log_tail(log: Path, lines: int = 15) -> str:

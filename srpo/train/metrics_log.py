@@ -30,6 +30,7 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Any, Mapping
 
+from srpo.disk import atomic_write_text
 from srpo.jsonl import dumps_line, split_lines
 
 METRICS_FILE = "metrics.jsonl"
@@ -223,12 +224,7 @@ class MetricsLogger:
         records, _ = _parse(self.path.read_text(), self.path)  # _open cut any partial line
         redone = logged_after_checkpoint or (lambda record: False)
         kept = [r for r in records if r["step"] < step or (r["step"] == step and not redone(_decode(dict(r))))]
-        tmp = self.path.with_name(f".{METRICS_FILE}.tmp-{os.getpid()}")
-        with open(tmp, "w") as f:
-            f.writelines(dumps_line(r) for r in kept)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        atomic_write_text(self.path, "".join(dumps_line(r) for r in kept))
         self._last_step = max((r["step"] for r in kept), default=-1)
         self._file = open(self.path, "a")
         if self._tensorboard:

@@ -91,14 +91,14 @@ def test_a_full_disk_in_any_command_is_one_line_and_leaves_no_partial_file(tmp_p
     """srpo.cli.main's floor for every command (rollout here): exit 1, one line naming the file;
     the rollout file is written temp-then-rename, so nothing half-written stays."""
     import errno
+    import os
 
-    import srpo.rollout.records as records
     from srpo.cli import main
 
-    def full(*args, **kwargs):
+    def full(fd):  # the write lands in the page cache; the disk says no when it is flushed
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(records, "dumps_line", full)
+    monkeypatch.setattr(os, "fsync", full)
     out = tmp_path / "eps.jsonl"
     code = main(["rollout", SMOKE, "group_size=2", "sampling.max_new_tokens=3", "--n", "1", "--out", str(out)])
     err = capsys.readouterr().err.strip()
