@@ -9,7 +9,7 @@ logged phase (time/rollout, time/update, ...), steps, held-out accuracy before a
 training with the paired test of each run, and the ratios after / before.
 
     .venv/bin/python benchmarks/bench_before_after.py                      # default job, vs BEFORE
-    .venv/bin/python benchmarks/bench_before_after.py --before HEAD~3 --config configs/math/parallel.yaml
+    .venv/bin/python benchmarks/bench_before_after.py --before HEAD~3 --config srpo/presets/math/parallel.yaml
     # one cell of the CPU study (math-parallel, srpo, seed 0, its `common` budget), shared prefill after
     .venv/bin/python benchmarks/bench_before_after.py --config benchmarks/studies/configs/math_parallel.yaml \
         --out results/bench/before_after_cell.json --after rollout.share_prefill=true \

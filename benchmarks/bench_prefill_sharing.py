@@ -28,7 +28,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("overrides", nargs="*")
     args = p.parse_args()
-    from srpo.cli_train import DEFAULT_CONFIG
+    from srpo.cli.train import DEFAULT_CONFIG
 
     cfg = load_config(args.config or DEFAULT_CONFIG, ["rollout.share_prefill=false", *args.overrides])
     torch.set_num_threads(args.threads)

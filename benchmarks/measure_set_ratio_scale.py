@@ -23,7 +23,7 @@ import tempfile
 import torch
 
 from srpo.batch import build_flat_batch
-from srpo.cli_train import DEFAULT_CONFIG
+from srpo.cli.train import DEFAULT_CONFIG
 from srpo.config import load_config
 from srpo.objective.methods import prepare_step
 from srpo.objective.reductions import REDUCTIONS, set_log_ratio

@@ -242,7 +242,7 @@ def build(args: argparse.Namespace) -> Path:
     shutil.copy2(ROOT / "scripts" / "gpu_bundle_install.sh", out / "install_and_smoke.sh")
     (out / "configs" / "gpu").mkdir(parents=True)
     for name in PRESETS:
-        shutil.copy2(ROOT / "configs" / "gpu" / name, out / "configs" / "gpu" / name)
+        shutil.copy2(ROOT / "srpo" / "presets" / "gpu" / name, out / "configs" / "gpu" / name)
     (out / "requirements.txt").write_text(
         "# what install_and_smoke.sh installs (pinned; the rest are their dependencies)\n"
         + "".join(f"{n}=={v}\n" for n, v in [("srpo", wheel_name_version(srpo_wheel)[1]),

@@ -9,13 +9,13 @@ are built there from their config.
 Checks, each printing one line `smoke: <check> ok|FAIL <numbers>` (a failed check does not stop
 the others, except those that need its output):
   env          torch / CUDA / GPU, srpo and how its task packs were found
-  tiny         the tiny random model (built in code) through configs/gpu/math_gsm8k.yaml's
+  tiny         the tiny random model (built in code) through srpo/presets/gpu/math_gsm8k.yaml's
                workflow: 3 parallel solvers + an aggregator, LoRA per role, bf16, 2 steps
   init-0.5b    a randomly initialised Qwen2.5-0.5B (its real config; SMOKE_DEVICE=cpu: the same
                vocabulary with tiny layers) written as a model folder, weights made on the device
   math-0.5b    that model through the same workflow: 2 steps with a checkpoint, held-out eval
                before; resumed to 3 steps, eval after, both adapters exported merged
-  search-0.5b  configs/gpu/search_nq.yaml's workflow (3 parallel query writers + an answerer,
+  search-0.5b  srpo/presets/gpu/search_nq.yaml's workflow (3 parallel query writers + an answerer,
                BM25 over the generated world), 2 steps
   eval         `srpo eval` of the math run's exported policies
   report       `srpo report` of the math run (one HTML file)
@@ -50,11 +50,11 @@ HERE = Path(__file__).resolve().parent
 
 
 def _configs_dir() -> Path:
-    """configs/gpu of a checkout (scripts/..), or the bundle's copy beside this script."""
-    for base in (HERE.parent / "configs" / "gpu", HERE / "configs" / "gpu"):
+    """srpo/presets/gpu of a checkout (scripts/..), or the bundle's copy beside this script."""
+    for base in (HERE.parent / "srpo" / "presets" / "gpu", HERE / "configs" / "gpu"):
         if (base / "math_gsm8k.yaml").is_file():
             return base
-    sys.exit(f"gpu_smoke: no configs/gpu/math_gsm8k.yaml under {HERE.parent} or {HERE}")
+    sys.exit(f"gpu_smoke: no srpo/presets/gpu/math_gsm8k.yaml under {HERE.parent} or {HERE}")
 
 
 DEVICE = os.environ.get("SMOKE_DEVICE", "cuda")
@@ -234,7 +234,7 @@ def cli_check(args: list[str], expect: Path | None = None):
 
 
 def plan(device: str, runs: Path, data: Path, models: dict[str, Path]) -> dict[str, list[str]]:
-    """The config overrides of each training check (on configs/gpu/math_gsm8k.yaml, or
+    """The config overrides of each training check (on srpo/presets/gpu/math_gsm8k.yaml, or
     search_nq.yaml for search-*): sizes for a GPU, or small ones on a CPU. data: the GSM8K-format
     file; models: the random model folders by size ("0.5b", "1.5b")."""
     gpu = device.startswith("cuda")

@@ -142,7 +142,7 @@ def check_configured_agents(cfg: Config, workflow: Workflow) -> None:
     would otherwise be built, never asked for, and the role meant would run on its defaults.
 
     A role of another workflow is accepted (a preset may configure the roles of several
-    workflows and be run with `--workflow`, as configs/search_smoke.yaml is); only a name that
+    workflows and be run with `--workflow`, as srpo/presets/search_smoke.yaml is); only a name that
     neither this workflow, any registered one (with its default params) nor the task pack's
     prompts know is refused."""
     declared = set(workflow.agents)

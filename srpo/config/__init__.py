@@ -1,6 +1,6 @@
 """Typed, validated run configuration: pydantic models loaded from YAML + `key=value` overrides.
 
-    cfg = load_config("configs/smoke.yaml", ["sampling.temperature=0.7", "group_size=2"])
+    cfg = load_config("srpo/presets/smoke.yaml", ["sampling.temperature=0.7", "group_size=2"])
     cfg.sampling.temperature        # 0.7
 
 Rules (later sections only add models):

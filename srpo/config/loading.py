@@ -4,6 +4,7 @@ the checks of what a config needs of this machine (check_environment)."""
 from __future__ import annotations
 
 import copy
+import difflib
 import os
 import types
 import typing
@@ -14,6 +15,7 @@ from typing import Any, Union
 from pydantic import BaseModel, ValidationError
 
 from srpo.config.errors import ConfigError, _declared, _is_section, config_error
+from srpo.config.presets import resolve_config_path
 from srpo.config.schema import GENERIC_TASK_KEYS, Config
 from srpo.config.yaml_reader import load_yaml, read_config_text
 
@@ -131,7 +133,7 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = (),
     check_machine: also check_environment (CUDA for a cuda device, a writable output_dir);
     False for a caller that uses neither (e.g. one that only builds workflows and rewards).
     """
-    data = read_config_file(Path(path)) if path is not None else {}
+    data = read_config_file(resolve_config_path(path)) if path is not None else {}
     cfg = from_dict(cls, data)
     if overrides:
         # Overrides edit the complete config (defaults included), then everything is re-validated.
@@ -151,7 +153,11 @@ def read_config_file(path: Path) -> dict[str, Any]:
     (size, nesting, aliases, duplicate keys); every problem a one-line ConfigError naming it."""
     where = f"config file {str(path)!r}"
     if not path.is_file():
-        raise ConfigError(f"{where} does not exist")
+        from srpo.config.presets import preset_names
+
+        close = difflib.get_close_matches(str(path).removesuffix(".yaml"), preset_names(), n=3)
+        hint = f"; did you mean the preset {' or '.join(close)}?" if close else " (nor a preset: `srpo presets` lists them)"
+        raise ConfigError(f"{where} does not exist{hint}")
     data = load_yaml(read_config_text(path), where)
     if data is None:  # nothing, only comments, or `null`: surely not the file meant
         raise ConfigError(f"{where} is empty (or holds only comments): a config file holds a "

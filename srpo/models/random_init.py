@@ -6,7 +6,7 @@ created where the folder is written, from a config, and never shipped. Such a mo
 are noise; it checks speed and memory, not learning.
 
     folder = write_random_model("/tmp/qwen-0.5b-random", "qwen2.5-0.5b", dtype="bfloat16", device="cuda")
-    srpo train configs/gpu/math_gsm8k.yaml model.name=/tmp/qwen-0.5b-random ...
+    srpo train srpo/presets/gpu/math_gsm8k.yaml model.name=/tmp/qwen-0.5b-random ...
 
 The folder holds config.json (the architecture's real sizes, e.g. Qwen2.5-0.5B-Instruct's:
 24 layers, hidden 896, vocab 151,936), model.safetensors, generation_config.json and a

@@ -1,7 +1,7 @@
 """The testbed mechanism study: many short training runs of the cover testbed, resumable.
 
 A spec (benchmarks/studies/testbed_mechanism.yaml) lists blocks; a block crosses presets (set-size
-regimes, configs/testbed/*.yaml), stress levels (reuse x learning rate: any dotted overrides),
+regimes, srpo/presets/testbed/*.yaml), stress levels (reuse x learning rate: any dotted overrides),
 methods and seeds. Every run is the real trainer on the real workflow, in-process:
 
     python -m srpo.study.mechanism run benchmarks/studies/testbed_mechanism.yaml --jobs 2

@@ -2,10 +2,10 @@
 
     name: cpu-main
     output: results/cpu-main            # where cells, tables and plots go
-    config: configs/math/parallel.yaml  # base config of every setting (a setting may name its own)
+    config: srpo/presets/math/parallel.yaml  # base config of every setting (a setting may name its own)
     common: {train.steps: 12, eval.size: 128}   # dotted keys applied to every cell
     settings:                           # rows: what is trained (workflow x task)
-      math-parallel: {config: configs/math/parallel.yaml, set: {workflow.params.k: 3}}
+      math-parallel: {config: srpo/presets/math/parallel.yaml, set: {workflow.params.k: 3}}
     methods:                            # columns: how it is trained
       srpo: {set: {train.method: srpo}}
       grpo: {set: {train.method: grpo}}

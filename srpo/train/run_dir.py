@@ -136,7 +136,7 @@ def check_config_file(run_dir: str | Path) -> None:
     raise ValueError(
         f"{path} was not written by srpo (it has comments or its own layout), and this run would "
         f"replace it with its resolved config: keep your config outside the output_dir (e.g. "
-        f"configs/), or set another output_dir"
+        f"srpo/presets/), or set another output_dir"
     )
 
 

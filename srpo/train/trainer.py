@@ -1,6 +1,6 @@
 """The training loop: rollout -> active sets -> advantages -> K epochs of updates -> log -> eval -> checkpoint.
 
-    trainer = Trainer(load_config("configs/smoke.yaml"))
+    trainer = Trainer(load_config("srpo/presets/smoke.yaml"))
     trainer.train()
 
 The update, per rollout batch (Trainer.update):

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SMOKE = REPO / "configs" / "smoke.yaml"
+SMOKE = REPO / "srpo" / "presets" / "smoke.yaml"
 STEPS = 3
 OVERRIDES = [
     f"train.steps={STEPS}", "train.threads=1", "workflow.name=mixed", "workflow.params={}",

@@ -9,7 +9,7 @@ import pytest
 
 from srpo.cli import build_parser, main, parse_args
 
-SMOKE = str(Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml")
+SMOKE = str(Path(__file__).resolve().parents[2] / "srpo" / "presets" / "smoke.yaml")
 
 
 def test_overrides_after_options_join_the_others_in_order():

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from srpo.cli_rollout import add_rollout_commands
+from srpo.cli.rollout import add_rollout_commands
 from srpo.workflows import list_workflows
 
-SMOKE = str(Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml")
+SMOKE = str(Path(__file__).resolve().parents[2] / "srpo" / "presets" / "smoke.yaml")
 
 
 def run_cli(argv: list[str]) -> int:

@@ -12,7 +12,7 @@ import yaml
 from srpo.cli import main
 from srpo.config import load_config
 
-SMOKE = str(Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml")  # parallel, params {k: 3}
+SMOKE = str(Path(__file__).resolve().parents[2] / "srpo" / "presets" / "smoke.yaml")  # parallel, params {k: 3}
 QUIET = ["eval.size=0", "checkpoint.export=false", "checkpoint.plots=false", "checkpoint.report=false",
          "checkpoint.episodes_per_step=0", "train.steps=1"]
 

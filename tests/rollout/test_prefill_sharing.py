@@ -117,7 +117,7 @@ def test_the_setting_reaches_the_hf_backend_and_is_refused_elsewhere():
     from srpo.build import build_backend
     from srpo.config import Config, ConfigError, from_dict, load_config, to_dict
 
-    smoke = Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml"
+    smoke = Path(__file__).resolve().parents[2] / "srpo" / "presets" / "smoke.yaml"
     model, tokenizer = build_tiny_model(seed=0)
     policies = PolicySet.shared(model, tokenizer)
     assert load_config(smoke).rollout.share_prefill is None  # the default: on where the backend can

@@ -18,7 +18,7 @@ from srpo.config import (
 from srpo.build import build_agents, build_policies, build_rollout, load_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
-SMOKE = ROOT / "configs" / "smoke.yaml"
+SMOKE = ROOT / "srpo" / "presets" / "smoke.yaml"
 FIXTURES = ROOT / "tests" / "fixtures" / "math"
 
 

@@ -22,7 +22,7 @@ from srpo.rollout.ct2 import CTranslate2Backend, processed_logprobs
 from srpo.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]
-SMOKE = REPO / "configs" / "smoke.yaml"
+SMOKE = REPO / "srpo" / "presets" / "smoke.yaml"
 QUIET = ["checkpoint.plots=false", "checkpoint.export=false", "checkpoint.tensorboard=false",
          "checkpoint.report=false"]
 

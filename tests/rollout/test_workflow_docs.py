@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from rollout_helpers import make_tasks, scripted_runner, tok
 
-from srpo.cli_rollout import add_rollout_commands
+from srpo.cli.rollout import add_rollout_commands
 from srpo.workflows import build_workflow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ def test_docs_workflow_from_the_command_line(tmp_path, critic_loop_file, capsys)
     parser = argparse.ArgumentParser(prog="srpo")
     add_rollout_commands(parser.add_subparsers(dest="command", required=True))
     out = tmp_path / "eps.jsonl"
-    smoke = str(ROOT / "configs" / "smoke.yaml")
+    smoke = str(ROOT / "srpo" / "presets" / "smoke.yaml")
     args = parser.parse_args(["rollout", smoke, "sampling.max_new_tokens=3", "group_size=1",
                               "--workflow", critic_loop_file, "--n", "1", "--out", str(out)])
     assert args.handler(args) == 0
@@ -92,7 +92,7 @@ def test_a_role_added_on_the_command_line_and_an_undeclared_one(tmp_path, critic
     from srpo.config import load_config
     from srpo.build import build_agents, build_workflow_from
 
-    smoke = ROOT / "configs" / "smoke.yaml"
+    smoke = ROOT / "srpo" / "presets" / "smoke.yaml"
     cfg = load_config(smoke, [f"workflow.name={critic_loop_file}", "workflow.params={reviewer: critic}",
                               "agents.critic.system_prompt=You review answers."])
     agents = build_agents(cfg)

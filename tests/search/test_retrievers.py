@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from srpo.cli_search import add_search_commands
+from srpo.cli.search import add_search_commands
 from srpo.tasks.search import corpus as corpus_mod
 from srpo.tasks.search.corpus import (
     corpus_hash,

@@ -218,7 +218,7 @@ def test_the_study_config_loads_with_retrieval_credit_on_two_hop_questions():
 
 
 def test_a_one_task_rollout_of_the_study_config_runs_on_the_tiny_model(tmp_path, capsys):
-    from srpo.cli_rollout import add_rollout_commands
+    from srpo.cli.rollout import add_rollout_commands
 
     parser = argparse.ArgumentParser(prog="srpo")
     add_rollout_commands(parser.add_subparsers(dest="command", required=True))

@@ -341,11 +341,11 @@ def test_search_routed_rejects_bad_params():
 
 # --------------------------------------------------------------------------- config / build / CLI
 
-SMOKE = str(ROOT / "configs" / "search_smoke.yaml")
+SMOKE = str(ROOT / "srpo" / "presets" / "search_smoke.yaml")
 
 
 def run_cli(argv):
-    from srpo.cli_rollout import add_rollout_commands
+    from srpo.cli.rollout import add_rollout_commands
 
     parser = argparse.ArgumentParser(prog="srpo")
     add_rollout_commands(parser.add_subparsers(dest="command", required=True))
@@ -442,7 +442,7 @@ def test_empty_corpus_is_an_error_at_build_time(tmp_path, capsys):
 
 
 def test_a_search_workflow_needs_a_search_task(capsys, tmp_path):
-    code = run_cli(["rollout", str(ROOT / "configs" / "smoke.yaml"), "--workflow",
+    code = run_cli(["rollout", str(ROOT / "srpo" / "presets" / "smoke.yaml"), "--workflow",
                     "search_single", "--n", "1", "--out", str(tmp_path / "x.jsonl")])
     assert code == 2
     err = capsys.readouterr().err

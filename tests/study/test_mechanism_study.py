@@ -31,7 +31,7 @@ def test_the_committed_spec_plans_20_seeds_per_cell_in_priority_order():
 def test_overrides_apply_common_block_level_method_then_seed():
     spec = load_spec(SPEC)
     config, overrides = run_overrides(spec, Run("sizes", "k16", "r4", "srpo_sum", 7), Path("out"))
-    assert config == "configs/testbed/k16.yaml"
+    assert config == "srpo/presets/testbed/k16.yaml"
     assert "train.steps=10" in overrides and "train.steps=40" not in overrides  # the block's wins
     assert "train.method_settings={reduction: sum}" in overrides
     assert overrides[-2:] == ["seed=7", "output_dir=out"]

@@ -18,7 +18,7 @@ from srpo.study.runner import CellFailed, inprocess_launcher, plan_cells, read_m
 from srpo.study.spec import parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
-SMOKE = str(ROOT / "configs" / "smoke.yaml")
+SMOKE = str(ROOT / "srpo" / "presets" / "smoke.yaml")
 
 
 def _spec_data(out: Path, **extra) -> dict:

@@ -15,7 +15,7 @@ from srpo.tasks.testbed import Cover, CoverReward, CoverSpec, cover_tasks, cover
 from srpo.tasks.testbed.tasks import FIRST_ORDINARY_ID
 
 REPO = Path(__file__).resolve().parents[2]
-PRESETS = REPO / "configs" / "testbed"
+PRESETS = REPO / "srpo" / "presets" / "testbed"
 
 
 def test_a_token_names_its_symbol_modulo_the_alphabet_and_special_tokens_name_none():
@@ -147,10 +147,10 @@ def test_workflow_errors_name_the_mismatch():
 def test_the_presets_are_what_the_generator_writes():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("generate", PRESETS / "generate.py")
+    spec = importlib.util.spec_from_file_location("generate", REPO / "scripts" / "generate_testbed_presets.py")
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
     for stem in gen.PRESETS:
-        assert (PRESETS / f"{stem}.yaml").read_text() == gen.render(stem), f"run {PRESETS.name}/generate.py"
+        assert (PRESETS / f"{stem}.yaml").read_text() == gen.render(stem), "run scripts/generate_testbed_presets.py"
         cfg = load_config(str(PRESETS / f"{stem}.yaml"), check_machine=False)
         assert cfg.task.testbed.set_sizes == cfg.workflow.params["set_sizes"]

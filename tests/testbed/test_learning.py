@@ -24,7 +24,7 @@ from srpo.objective.advantages import AdvantageResult
 from srpo.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]
-K2 = str(REPO / "configs" / "testbed" / "k2.yaml")
+K2 = str(REPO / "srpo" / "presets" / "testbed" / "k2.yaml")
 CASES = [(m, None) for m in sorted(METHODS)] + [("srpo", r) for r in ("pooled", "member_sum", "sum")]
 REUSE = {"on_policy": [], "reuse_4": ["train.epochs=2", "train.minibatches=2"]}
 TARGET = 0.95  # mean reward of the last 5 updates

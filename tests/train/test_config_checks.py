@@ -16,7 +16,7 @@ from srpo.objective.methods import METHODS
 from srpo.train.preflight import check_group_size, preflight
 
 ROOT = Path(__file__).resolve().parents[2]
-SMOKE = ROOT / "configs" / "smoke.yaml"
+SMOKE = ROOT / "srpo" / "presets" / "smoke.yaml"
 
 
 # --------------------------------------------------------------------------- names that become paths
@@ -100,7 +100,7 @@ def test_threads_null_and_positive_load():
 
 
 def test_the_projects_cpu_configs_still_load():
-    for path in [SMOKE, ROOT / "configs" / "search_smoke.yaml", *sorted((ROOT / "configs" / "math").glob("*.yaml"))]:
+    for path in [SMOKE, ROOT / "srpo" / "presets" / "search_smoke.yaml", *sorted((ROOT / "srpo" / "presets" / "math").glob("*.yaml"))]:
         assert load_config(path).device == "cpu", path
 
 

@@ -26,7 +26,7 @@ from srpo.config import yaml_reader
 from srpo.config.yaml_reader import MAX_DEPTH, load_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-SMOKE = ROOT / "configs" / "smoke.yaml"
+SMOKE = ROOT / "srpo" / "presets" / "smoke.yaml"
 GSM8K = ROOT / "tests" / "fixtures" / "math" / "gsm8k.jsonl"
 
 # A refusal costs the interpreter's start (python + torch imports: ~2-4 s here, more on a busy
@@ -245,7 +245,7 @@ def test_an_override_value_goes_through_the_same_loader():
 
 
 def test_the_projects_yaml_files_read_as_plain_yaml_reads_them():
-    files = subprocess.run(["git", "ls-files", "configs/*.yaml", "srpo/presets/*.yaml",
+    files = subprocess.run(["git", "ls-files", "srpo/presets/*.yaml", "srpo/presets/*.yaml",
                             "benchmarks/*.yaml", "recipes/*.yaml"],
                            cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     assert len(files) > 20

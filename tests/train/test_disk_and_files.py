@@ -42,7 +42,7 @@ from srpo.train.checkpoint import (
 from srpo.train.report import write_report
 
 REPO = Path(__file__).resolve().parents[2]
-SMOKE = str(REPO / "configs" / "smoke.yaml")
+SMOKE = str(REPO / "srpo" / "presets" / "smoke.yaml")
 QUIET = ["checkpoint.plots=false", "checkpoint.tensorboard=false", "train.threads=1"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 ENV.pop("SRPO_DEBUG", None)

@@ -86,7 +86,7 @@ def test_torchrun_two_processes_train_and_write_one_run_directory(tmp_path, dtyp
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
            "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
-           "-m", "srpo.cli", "train", str(REPO / "configs" / "smoke.yaml"), f"output_dir={run}",
+           "-m", "srpo.cli", "train", str(REPO / "srpo" / "presets" / "smoke.yaml"), f"output_dir={run}",
            "train.steps=2", "eval.size=4", "checkpoint.every=1", "checkpoint.plots=false",
            "checkpoint.tensorboard=false", "train.threads=1", f"model.dtype={dtype}"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300,

@@ -15,7 +15,7 @@ from srpo.objective.methods import informative_sets
 from srpo.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]
-SMOKE = str(REPO / "configs" / "smoke.yaml")
+SMOKE = str(REPO / "srpo" / "presets" / "smoke.yaml")
 QUIET = ["checkpoint.plots=false", "checkpoint.export=false", "checkpoint.tensorboard=false", "eval.size=0"]
 # G = 2 on the random tiny model: about half of the tasks' groups are degenerate
 SHAPE = ["group_size=2", "train.tasks_per_step=4", "train.steps=1"]

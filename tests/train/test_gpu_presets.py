@@ -1,4 +1,4 @@
-"""The GPU recipes (configs/gpu/, docs/gpu.md, scripts/gpu_smoke.sh), checked on CPU.
+"""The GPU recipes (srpo/presets/gpu/, docs/gpu.md, scripts/gpu_smoke.sh), checked on CPU.
 
 Every preset loads; every `srpo train` / `torchrun` command in docs/gpu.md loads as written; the
 data-preparation snippets of docs/gpu.md run on small local fixtures; and each preset trains one
@@ -27,7 +27,7 @@ from srpo.build import build_workflow_from
 from srpo.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]
-GPU = REPO / "configs" / "gpu"
+GPU = REPO / "srpo" / "presets" / "gpu"
 PRESETS = sorted(GPU.glob("*.yaml"))
 DOC = REPO / "docs" / "gpu.md"
 SCRIPT = REPO / "scripts" / "gpu_smoke.sh"
@@ -51,16 +51,16 @@ def _code_lines() -> list[str]:
 
 
 def _commands() -> list[list[str]]:
-    """Every `srpo train configs/gpu/...` and `torchrun ... train configs/gpu/...` command."""
+    """Every `srpo train srpo/presets/gpu/...` and `torchrun ... train srpo/presets/gpu/...` command."""
     out = []
     for line in _code_lines():
-        if line.startswith(("srpo train configs/gpu/", "torchrun ")):
+        if line.startswith(("srpo train srpo/presets/gpu/", "torchrun ")):
             out.append(shlex.split(line.split("  #")[0]))
     return out
 
 
 def _config_and_overrides(argv: list[str]) -> tuple[Path, list[str]]:
-    i = next(i for i, a in enumerate(argv) if a.startswith("configs/gpu/"))
+    i = next(i for i, a in enumerate(argv) if a.startswith("srpo/presets/gpu/"))
     overrides = argv[i + 1 :]
     assert all("=" in o for o in overrides), argv
     return REPO / argv[i], overrides
@@ -105,7 +105,7 @@ def substituted(argv: list[str], paths: dict[str, Path]) -> list[str]:
 def documented(config: str, *must_have: str) -> list[str]:
     """The first documented command of `config` containing all of `must_have`."""
     for argv in _commands():
-        if argv[1:2] == ["train"] and argv[2] == f"configs/gpu/{config}" and all(m in argv for m in must_have):
+        if argv[1:2] == ["train"] and argv[2] == f"srpo/presets/gpu/{config}" and all(m in argv for m in must_have):
             return argv
     raise AssertionError(f"docs/gpu.md has no command for {config} with {must_have}")
 

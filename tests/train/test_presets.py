@@ -6,13 +6,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from srpo.cli_train import DEFAULT_CONFIG
+from srpo.cli.train import DEFAULT_CONFIG
 from srpo.config import load_config
 from srpo.build import build_agents, build_workflow_from
 from srpo.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]
-PRESETS = sorted((REPO / "configs").rglob("*.yaml")) + [DEFAULT_CONFIG]
+PRESETS = sorted((REPO / "srpo" / "presets").rglob("*.yaml"))
+assert DEFAULT_CONFIG in PRESETS
 TINY = ["model.name=tiny", "model.tokenizer=bytes", "sampling.max_new_tokens=8", "train.steps=1",
         "train.tasks_per_step=2", "group_size=2", "task.train_size=16", "task.heldout_size=4",
         "eval.size=0", "checkpoint.plots=false", "checkpoint.export=false", "checkpoint.tensorboard=false"]
@@ -29,10 +30,28 @@ def test_preset_loads_and_its_workflow_has_its_agents(path, monkeypatch):
     assert not missing, f"{path.name}: workflow {wf.name} needs agents {missing}"
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "configs" / "math").glob("*.yaml")) + [DEFAULT_CONFIG],
+@pytest.mark.parametrize("path", sorted((REPO / "srpo" / "presets" / "math").glob("*.yaml")) + [DEFAULT_CONFIG],
                          ids=lambda p: p.stem)
 def test_preset_trains_one_step_on_a_tiny_model(path, tmp_path):
     if "search" in path.name:
         pytest.skip("search presets are exercised by tests/search")
     result = Trainer(load_config(path, [*TINY, f"output_dir={tmp_path}"])).train()
     assert result.steps_done == 1 and result.history[0]["loss"] == result.history[0]["loss"]
+
+
+def test_a_config_may_be_named_by_its_preset():
+    from srpo.config.presets import preset_names, preset_path
+
+    assert {"default", "smoke", "math/debate", "testbed/k4", "gpu/math_gsm8k"} <= set(preset_names())
+    assert load_config("math/debate").workflow.name == load_config(REPO / "srpo/presets/math/debate.yaml").workflow.name
+    assert preset_path("../pyproject") is None and preset_path("math/nothing") is None
+
+
+def test_a_missing_config_suggests_the_preset_meant(tmp_path, monkeypatch):
+    from srpo.config import ConfigError
+
+    monkeypatch.chdir(tmp_path)  # no file of that name here
+    with pytest.raises(ConfigError, match=r"'math/debat' does not exist; did you mean the preset math/debate"):
+        load_config("math/debat")
+    with pytest.raises(ConfigError, match=r"nor a preset: `srpo presets` lists them"):
+        load_config("nothing-like-it.yaml")

@@ -29,7 +29,7 @@ from srpo.train.trainer import Trainer
 from srpo.workflows import build_workflow
 
 REPO = Path(__file__).resolve().parents[2]
-SMOKE = str(REPO / "configs" / "smoke.yaml")
+SMOKE = str(REPO / "srpo" / "presets" / "smoke.yaml")
 QUIET = ["checkpoint.plots=false", "checkpoint.tensorboard=false", "train.threads=1"]
 VOLATILE = ("time/", "throughput/", "eval/seconds")
 

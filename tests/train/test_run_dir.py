@@ -23,7 +23,7 @@ from srpo.train.run_dir import LOCK_FILE, RunDirectoryBusy, RunLock, check_confi
 from srpo.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]
-SMOKE = str(REPO / "configs" / "smoke.yaml")
+SMOKE = str(REPO / "srpo" / "presets" / "smoke.yaml")
 QUIET = ["checkpoint.plots=false", "checkpoint.tensorboard=false", "train.threads=1",
          "checkpoint.report=false"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -16,7 +16,7 @@ from srpo.objective.methods import informative_sets
 from srpo.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]
-SMOKE = str(REPO / "configs" / "smoke.yaml")
+SMOKE = str(REPO / "srpo" / "presets" / "smoke.yaml")
 QUIET = ["checkpoint.plots=false", "checkpoint.export=false", "checkpoint.tensorboard=false", "eval.size=0"]
 CASES = [(m, None) for m in sorted(METHODS)] + [("srpo", r) for r in ("pooled", "member_sum", "sum")]
 

@@ -21,7 +21,7 @@ from srpo.models import build_tiny_model
 from srpo.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]
-SMOKE = str(REPO / "configs" / "smoke.yaml")
+SMOKE = str(REPO / "srpo" / "presets" / "smoke.yaml")
 QUIET = ["checkpoint.plots=false", "checkpoint.export=false", "checkpoint.tensorboard=false"]
 
 
@@ -170,7 +170,7 @@ def test_lora_adapter_per_role_trains_both_and_eval_reads_the_export(tmp_path, c
 
 
 def test_eval_out_writes_the_episodes_beside_the_result(tmp_path, capsys):
-    from srpo.cli_train import eval_episodes_path
+    from srpo.cli.train import eval_episodes_path
     from srpo.train.episodes_log import read_records
 
     out = tmp_path / "eval" / "base.json"

@@ -26,7 +26,7 @@ from srpo.train.run_identity import RESUMABLE_FIELDS, result_fingerprint, resume
 from srpo.train.trainer import Trainer, check_minibatches, combine_micro_batches, mean_over_steps
 
 REPO = Path(__file__).resolve().parents[2]
-SMOKE = str(REPO / "configs" / "smoke.yaml")
+SMOKE = str(REPO / "srpo" / "presets" / "smoke.yaml")
 QUIET = ["checkpoint.plots=false", "checkpoint.export=false", "checkpoint.tensorboard=false", "eval.size=0"]
 # two agents of one batch at different temperatures: the parallel solvers and the aggregator
 TWO_TEMPERATURES = ["agents.solver.sampling={temperature: 0.7}", "agents.aggregator.sampling={temperature: 1.3}"]

@@ -13,7 +13,7 @@ from srpo.tasks.math import load_gsm8k, load_math500
 from srpo.tasks.search.corpus import load_corpus, read_corpus_jsonl
 from srpo.train.preflight import check_task_pack as check_math_file_split, preflight
 
-SMOKE = Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml"
+SMOKE = Path(__file__).resolve().parents[2] / "srpo" / "presets" / "smoke.yaml"
 
 
 def gsm8k(question: str, final: int) -> dict:

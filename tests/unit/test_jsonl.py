@@ -120,7 +120,7 @@ def test_an_episodes_file_damaged_mid_stream_is_one_line_from_srpo_report(tmp_pa
     from srpo.train.trainer import Trainer
 
     run = tmp_path / "run"
-    Trainer(load_config(str(Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml"), [f"output_dir={run}", "train.steps=2", "eval.size=0",
+    Trainer(load_config(str(Path(__file__).resolve().parents[2] / "srpo" / "presets" / "smoke.yaml"), [f"output_dir={run}", "train.steps=2", "eval.size=0",
                                                "train.threads=1", "checkpoint.plots=false",
                                                "checkpoint.tensorboard=false", "checkpoint.export=false"])).train()
     path = episodes_log.step_file(run, 1)

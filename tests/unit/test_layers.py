@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("training: trainer, evaluation, checkpoints, run report", ("srpo.train",)),
     ("task packs", ("srpo.tasks",)),
     ("applications: CLI, studies, engine integrations",
-     ("srpo.cli", "srpo.cli_", "srpo.study", "srpo.integrations")),
+     ("srpo.cli", "srpo.study", "srpo.integrations")),
 ]
 TASK_PACKS = ("srpo.tasks.math", "srpo.tasks.search", "srpo.tasks.testbed")
 CORE_TOP = 8  # layers 0..8 are the core: they import no task pack and no application
@@ -184,7 +184,7 @@ def test_function_level_imports_are_seen(tmp_path, monkeypatch):
     assert _imports("srpo.rollout.mod", path, known) == {"srpo.tasks.math.answers"}
 
 
-@pytest.mark.parametrize("module, layer", [("srpo.types", 0), ("srpo.cli_train", 10),
+@pytest.mark.parametrize("module, layer", [("srpo.types", 0), ("srpo.cli.train", 10),
                                            ("srpo.tasks.search.pack", 9), ("srpo.train.report", 8)])
 def test_layer_assignment(module, layer):
     assert layer_of(module) == layer

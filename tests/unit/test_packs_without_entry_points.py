@@ -47,7 +47,7 @@ def test_srpos_packs_load_without_entry_points(no_entry_points):
 def test_a_config_naming_a_builtin_pack_loads_without_entry_points(no_entry_points):
     from srpo.config import load_config
 
-    cfg = load_config(ROOT / "configs" / "smoke.yaml", ["task.name=testbed", "workflow.name=cover"])
+    cfg = load_config(ROOT / "srpo" / "presets" / "smoke.yaml", ["task.name=testbed", "workflow.name=cover"])
     assert cfg.task.name == "testbed"
 
 

@@ -7,7 +7,9 @@ import sys
 import time
 from pathlib import Path
 
-DEFAULT_CONFIG = Path(__file__).parent / "presets" / "default.yaml"
+from srpo.config.presets import PRESETS_DIR
+
+DEFAULT_CONFIG = PRESETS_DIR / "default.yaml"
 
 
 def _resolve_config(path: str | None) -> Path:
@@ -235,7 +237,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 def add_train_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a multi-agent system (no CONFIG: the built-in default job)")
-    p.add_argument("config", nargs="?", help="YAML preset (configs/*.yaml); default: the built-in CPU job")
+    p.add_argument("config", nargs="?", help="YAML preset (srpo/presets/*.yaml); default: the built-in CPU job")
     p.add_argument("overrides", nargs="*", help="key=value overrides, anywhere on the line, e.g. train.steps=4 output_dir=runs/x")
     p.add_argument("--workflow", help="train another workflow than the configured one (a name or file.py:Class); "
                                       "it starts from its own params, as a workflow.name=... override does")

@@ -1,6 +1,6 @@
 """Writes the testbed presets of this folder (run from the repository root after editing):
 
-    python configs/testbed/generate.py
+    python scripts/generate_testbed_presets.py
 
 Each preset gives every (set size, round, slot) its own role and its own tiny model, which is
 what the cover task needs (docs/testbed.md: a shared policy does not learn to tell slots apart).
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[1] / "srpo" / "presets" / "testbed"
 
 PRESETS = {  # file stem: (set sizes, rounds, what it is)
     "cover": ((4,), 1, "the default instance: sets of 4, one round"),
@@ -52,7 +52,7 @@ def preset(set_sizes: tuple[int, ...], rounds: int) -> dict:
 
 def render(stem: str) -> str:
     set_sizes, rounds, what = PRESETS[stem]
-    head = (f"# Testbed preset ({what}); written by configs/testbed/generate.py, edit that.\n"
+    head = (f"# Testbed preset ({what}); written by scripts/generate_testbed_presets.py, edit that.\n"
             f"# Cover tasks played by tiny random models, one per role (docs/testbed.md).\n")
     return head + yaml.safe_dump(preset(set_sizes, rounds), sort_keys=False, width=100)
 

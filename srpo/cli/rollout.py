@@ -26,7 +26,7 @@ def add_rollout_commands(subparsers: argparse._SubParsersAction) -> None:
             "reward, and every transition with the active set (members) it consumed."
         ),
     )
-    p.add_argument("config", help="YAML config, e.g. configs/smoke.yaml")
+    p.add_argument("config", help="YAML config, e.g. srpo/presets/smoke.yaml")
     p.add_argument("overrides", nargs="*", metavar="key=value",
                    help="config overrides, anywhere on the line (also after --n, --out), e.g. "
                    "sampling.temperature=0.7 group_size=2")

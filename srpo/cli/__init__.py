@@ -30,6 +30,16 @@ def _cmd_methods(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_presets(args: argparse.Namespace) -> int:
+    from srpo.config.presets import PRESETS_DIR, preset_names
+
+    for name in preset_names():
+        first = (PRESETS_DIR / f"{name}.yaml").read_text().splitlines()[:1]
+        about = first[0].lstrip("# ").strip() if first and first[0].startswith("#") else ""
+        print(f"{name:<22} {about}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="srpo", description="Setwise Relative Policy Optimization for multi-agent LLM systems"
@@ -39,11 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("methods", help="list SRPO and the baselines as settings of the same parts")
     p.add_argument("-v", "--verbose", action="store_true", help="also print each method's description")
     p.set_defaults(handler=_cmd_methods)
+    p = sub.add_parser("presets", help="list the configs that ship with srpo (CONFIG may name one)")
+    p.set_defaults(handler=_cmd_presets)
     # Each family registers its own subcommands; their heavy imports happen inside the handlers.
-    from srpo.cli_report import add_report_commands
-    from srpo.cli_rollout import add_rollout_commands
-    from srpo.cli_search import add_search_commands
-    from srpo.cli_train import add_train_commands
+    from srpo.cli.report import add_report_commands
+    from srpo.cli.rollout import add_rollout_commands
+    from srpo.cli.search import add_search_commands
+    from srpo.cli.train import add_train_commands
 
     add_rollout_commands(sub)
     add_train_commands(sub)
