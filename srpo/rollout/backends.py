@@ -98,6 +98,16 @@ class GenerationBackend(Protocol):
         ...
 
 
+def check_training_backend(backend: Any) -> None:
+    """Refuse a backend whose sampler is not the policy being trained. A backend says so with
+    `samples_trained_policy() -> str | None`: None when it samples the trained weights exactly
+    (up to float rounding), else why not (e.g. CTranslate2 int8: a quantized copy). A backend
+    without the method is taken to sample the policy itself (hf, scripted)."""
+    why = backend.samples_trained_policy() if hasattr(backend, "samples_trained_policy") else None
+    if why is not None:
+        raise ValueError(why)
+
+
 def _check_requests(policy: str, requests: Sequence[GenerationRequest]) -> None:
     for r in requests:
         if r.policy != policy:

@@ -37,7 +37,7 @@ Sampling and its log-probs (the contract of backends.py):
 
 compute_type "int8" quantizes the weights when the engine is loaded (a different policy; on the
 default job's rollout 2.6x HF's tokens/s against float32's 1.4x, and mismatch/kl 4.7e-2 against
-1.7e-10, benchmarks/bench_rollout_engines.py): the trainer refuses it (`check_training_backend`), since the sampler would
+1.7e-10, benchmarks/bench_rollout_engines.py): the trainer refuses it (`samples_trained_policy`, read by srpo.rollout.backends.check_training_backend), since the sampler would
 not be the policy it trains and srpo does not correct for that; use it for `srpo rollout` and
 `srpo eval`.
 
@@ -346,6 +346,15 @@ class CTranslate2Backend:
         (rows x steps x vocabulary x 4 bytes) stay under this.
     """
 
+    def samples_trained_policy(self) -> str | None:
+        """None for float32 (the policy itself); why not for int8 (srpo.rollout.backends)."""
+        if self.compute_type == "float32":
+            return None
+        return (f"rollout.ct2_compute_type {self.compute_type!r} samples from a quantized copy of "
+                f"the policy, not the policy being trained, and srpo does not correct for that "
+                f"mismatch; train with rollout.ct2_compute_type float32 (int8 is for srpo rollout / "
+                f"srpo eval)")
+
     def __init__(
         self,
         policies: PolicySet,
@@ -538,15 +547,3 @@ def _array(storage: Any) -> Any:
     if getattr(storage, "device", "cpu") != "cpu":
         storage = storage.to_device(import_ctranslate2().Device.cpu)
     return np.asarray(storage)
-
-
-def check_training_backend(backend: Any) -> None:
-    """Refuse a backend whose sampler is not the policy being trained (CTranslate2 int8): its
-    samples would be treated as on-policy while they come from the quantized model."""
-    if isinstance(backend, CTranslate2Backend) and backend.compute_type != "float32":
-        raise ValueError(
-            f"rollout.ct2_compute_type {backend.compute_type!r} samples from a quantized copy of "
-            f"the policy, not the policy being trained, and srpo does not correct for that "
-            f"mismatch; train with rollout.ct2_compute_type float32 (int8 is for srpo rollout / "
-            f"srpo eval)"
-        )

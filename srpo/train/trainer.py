@@ -49,7 +49,7 @@ from srpo.objective.methods import (
     with_step_weights,
 )
 from srpo.build import build_policies, build_rollout, load_tasks, task_pack
-from srpo.rollout.ct2 import check_training_backend
+from srpo.rollout.backends import check_training_backend
 from srpo.rollout.policies import PolicySet
 from srpo.rollout.runner import rollout_metrics
 from srpo.train import episodes_log
