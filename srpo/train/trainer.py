@@ -73,6 +73,7 @@ from srpo.train.distributed import (
 from srpo.train.episodes_log import UpdateRecord
 from srpo.train.evaluate import EvalResult, evaluate, write_eval_json
 from srpo.train.forward import batch_logprobs, check_training_sampling
+from srpo.train.metrics import combine_micro_batches, mean_over_steps
 from srpo.train.metrics_log import MetricsLogger
 from srpo.train.optim import build_optimizers, policy_parameters
 from srpo.train.preflight import preflight
@@ -123,31 +124,6 @@ class TrainResult:
     before: EvalResult | None = None
     after: EvalResult | None = None
     history: list[dict[str, float]] = field(default_factory=list)
-
-
-# Metrics that add up over the micro-batches of one optimizer step: the loss terms (each
-# micro-batch carries its share of the step's weights) and counts.
-_ADDITIVE = ("loss", "policy/loss", "kl_ref", "entropy_bonus", "ratio/clamp_count")
-
-
-def _combine(parts: list[dict[str, float]], additive: tuple[str, ...]) -> dict[str, float]:
-    """Per key over the parts that have it: the sum for `additive` keys, else the mean."""
-    out: dict[str, float] = {}
-    for k in sorted({k for p in parts for k in p}):
-        vals = [p[k] for p in parts if k in p]
-        out[k] = sum(vals) if k in additive else sum(vals) / len(vals)
-    return out
-
-
-def combine_micro_batches(parts: list[dict[str, float]]) -> dict[str, float]:
-    """One optimizer step's metrics from its micro-batches': loss terms and counts summed (the
-    step's loss is the sum of its micro-batches'), everything else averaged."""
-    return _combine(parts, _ADDITIVE)
-
-
-def mean_over_steps(steps: list[dict[str, float]]) -> dict[str, float]:
-    """The update's metrics: the mean per optimizer step (never a sum over epochs and minibatches)."""
-    return _combine(steps, ())
 
 
 class Trainer:
