@@ -1,5 +1,5 @@
 """Task packs: the three built-in ones are found without the core importing them, and a
-user's pack in one file (docs/architecture.md, taken verbatim) loads, runs and trains."""
+user's pack in one file (docs/task-packs.md, taken verbatim) loads, runs and trains."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def echo_files(tmp_path, monkeypatch):
-    text = (ROOT / "docs" / "architecture.md").read_text()
-    section = text.split("## Adding a task pack", 1)[1]
+    text = (ROOT / "docs" / "task-packs.md").read_text()
+    section = text.split("## A pack in one file", 1)[1]
     (tmp_path / "echo_pack.py").write_text(re.search(r"```python\n(.*?)```", section, re.S).group(1))
     (tmp_path / "echo.yaml").write_text(re.search(r"```yaml\n(.*?)```", section, re.S).group(1))
     monkeypatch.chdir(tmp_path)  # the config names the pack file relative to here
