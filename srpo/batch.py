@@ -17,7 +17,6 @@ from torch import Tensor
 
 from srpo.types import Episode
 
-
 # Tensor fields indexed by member (first dim M) and by set (first dim S): what select_sets slices.
 _MEMBER_TENSORS = ("input_ids", "attention_mask", "response_mask", "sampling_logprobs", "old_logprobs",
                    "ref_logprobs", "member_advantages", "member_weights")
@@ -95,14 +94,7 @@ class FlatBatch:
         a loss over the sub-batches sums to the loss over the whole batch. Episode-level fields
         are kept whole (set_episode keeps pointing into them).
         """
-        dev = self.set_index.device
-        set_ids = torch.as_tensor(set_ids, dtype=torch.long).to(dev)
-        if set_ids.numel() == 0:
-            raise ValueError("select_sets needs at least one set")
-        if bool((set_ids < 0).any()) or bool((set_ids >= self.num_sets).any()):
-            raise ValueError(f"set ids out of range for a batch of {self.num_sets} sets")
-        new_id = torch.full((self.num_sets,), -1, dtype=torch.long, device=dev)
-        new_id[set_ids] = torch.arange(set_ids.numel(), device=dev)
+        set_ids, new_id = self._renumber(set_ids)
         rows = (new_id[self.set_index] >= 0).nonzero().flatten()  # members kept, original order
         ids = set_ids.tolist()
         member_fields = {
@@ -127,6 +119,24 @@ class FlatBatch:
             set_task=tuple(self.set_task[i] for i in ids),
             set_event=tuple(self.set_event[i] for i in ids),
         )
+
+    def member_rows(self, set_ids: Sequence[int] | Tensor) -> Tensor:
+        """[m] long: the rows of the given sets' members, in batch order (the rows `select_sets`
+        keeps, so a sub-batch's [m, T] values go back with `full[rows] = values`)."""
+        _, new_id = self._renumber(set_ids)
+        return (new_id[self.set_index] >= 0).nonzero().flatten()
+
+    def _renumber(self, set_ids: Sequence[int] | Tensor) -> tuple[Tensor, Tensor]:
+        """(set ids as a tensor, [S] new id of each set: 0..len-1 for the given ones, else -1)."""
+        dev = self.set_index.device
+        set_ids = torch.as_tensor(set_ids, dtype=torch.long).to(dev)
+        if set_ids.numel() == 0:
+            raise ValueError("select_sets needs at least one set")
+        if bool((set_ids < 0).any()) or bool((set_ids >= self.num_sets).any()):
+            raise ValueError(f"set ids out of range for a batch of {self.num_sets} sets")
+        new_id = torch.full((self.num_sets,), -1, dtype=torch.long, device=dev)
+        new_id[set_ids] = torch.arange(set_ids.numel(), device=dev)
+        return set_ids, new_id
 
     def select_members(self, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """(input_ids, attention_mask, response_mask) of some members, for one policy's forward."""

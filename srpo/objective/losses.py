@@ -133,10 +133,27 @@ class UnitLossSettings(NamedTuple):
     max_log_ratio: float = DEFAULT_MAX_LOG_RATIO
 
 
+class SetClip(NamedTuple):
+    """What the clip did to each active set of the micro-batch, from the loss's own surrogate
+    (the episode log shows it per set; sum(clipped * units) / sum(units) is `clip/all/frac`)."""
+
+    clipped: Tensor  # [S] share of the set's ratio units the clip stopped (the set unit: 0 or 1)
+    units: Tensor  # [S] ratio units of the set: 1 (set unit), members (sequence), tokens (token)
+    mean_log_ratio: Tensor | None  # [S] Lambda_S under `mean` (detached), when the loss computed it
+
+
 class UnitLossOut(NamedTuple):
     loss: Tensor  # scalar
     metrics: dict[str, float]
-    mean_set_log_ratio: Tensor | None  # [S] Lambda_S under `mean`, when the loss computed it
+    sets: SetClip
+
+
+def _clipped_share_per_set(clipped_units: Tensor, units: Tensor, set_index: Tensor, num_sets: int) -> SetClip:
+    """Per-member clipped units and units [M] -> per-set share and units [S] (no log-ratio)."""
+    zeros = torch.zeros(num_sets, dtype=units.dtype, device=units.device)
+    set_units = zeros.index_add(0, set_index, units)  # [S]
+    share = zeros.index_add(0, set_index, clipped_units) / set_units.clamp(min=1)
+    return SetClip(share, set_units, None)
 
 
 def set_unit_loss(x: UnitLossInputs, cfg: UnitLossSettings) -> UnitLossOut:
@@ -150,7 +167,8 @@ def set_unit_loss(x: UnitLossInputs, cfg: UnitLossSettings) -> UnitLossOut:
     s = out.surrogate
     metrics = ratio_clip_metrics(out.set_log_ratio, s.ratio, s.clipped_low, s.clipped_high, s.clamped, set_sizes)
     lam = out.set_log_ratio.detach() if cfg.reduction == "mean" else None
-    return UnitLossOut(out.loss, metrics, lam)
+    flags = (s.clipped_low | s.clipped_high).to(x.logprobs.dtype)  # [S]
+    return UnitLossOut(out.loss, metrics, SetClip(flags, torch.ones_like(flags), lam))
 
 
 def sequence_unit_loss(x: UnitLossInputs, cfg: UnitLossSettings) -> UnitLossOut:
@@ -170,7 +188,9 @@ def sequence_unit_loss(x: UnitLossInputs, cfg: UnitLossSettings) -> UnitLossOut:
     member_set_size = torch.bincount(x.set_index, minlength=x.num_sets)[x.set_index]  # [M]
     s = out.surrogate
     metrics = ratio_clip_metrics(out.set_log_ratio, s.ratio, s.clipped_low, s.clipped_high, s.clamped, member_set_size)
-    return UnitLossOut(out.loss, metrics, None)
+    per_member = (s.clipped_low | s.clipped_high).to(x.logprobs.dtype)  # [M]
+    sets = _clipped_share_per_set(per_member, torch.ones_like(per_member), x.set_index, x.num_sets)
+    return UnitLossOut(out.loss, metrics, sets)
 
 
 def token_unit_loss(x: UnitLossInputs, cfg: UnitLossSettings) -> UnitLossOut:
@@ -186,7 +206,10 @@ def token_unit_loss(x: UnitLossInputs, cfg: UnitLossSettings) -> UnitLossOut:
         delta, out.ratio, out.clipped_low.expand_as(delta), out.clipped_high.expand_as(delta),
         out.clamped, member_set_size.unsqueeze(-1), valid=x.mask,
     )
-    return UnitLossOut(loss, metrics, None)
+    dtype = x.logprobs.dtype
+    per_member = ((out.clipped_low | out.clipped_high) & x.mask).sum(dim=-1).to(dtype)  # [M] clipped tokens
+    sets = _clipped_share_per_set(per_member, x.mask.sum(dim=-1).to(dtype), x.set_index, x.num_sets)
+    return UnitLossOut(loss, metrics, sets)
 
 
 UnitLoss = Callable[[UnitLossInputs, UnitLossSettings], UnitLossOut]

@@ -10,8 +10,9 @@ tables (RATIO_UNIT_LOSSES, the advantage unit table, the aggregation weights).
     with_step_weights(spec, batch, ...)  -> aggregation weights, once per optimizer step:
                                             per member [M] (each token's) and per set [S]
     method_policy_loss(spec, micro_batch, logprobs, ...) -> (loss, metrics)
-    set_update_state(spec, micro_batch, logprobs) -> per set: Lambda_S and the clipped share
-                                            (what the episode browser shows; never in the loss)
+    method_loss(spec, micro_batch, logprobs, ...) -> (loss, metrics, per set: Lambda_S and the
+                                            clipped share, from the loss's own clip flags: what
+                                            the episode browser shows)
 
 The table (docs/algorithms.md gives the math and the departures):
 
@@ -40,7 +41,12 @@ from torch import Tensor
 
 from srpo.batch import FlatBatch
 from srpo.objective.advantages import SCALES, group_index_from_keys, relative_advantages
-from srpo.objective.aggregation import StepTotals, check_aggregation, member_token_weights, set_weights
+from srpo.objective.aggregation import (
+    StepTotals,
+    check_aggregation,
+    member_token_weights,
+    set_weights,
+)
 from srpo.objective.diagnostics import (
     kl_k3,
     response_length_metrics,
@@ -56,7 +62,6 @@ from srpo.objective.losses import (
     unit_policy_loss,
 )
 from srpo.objective.reductions import check_reduction, set_log_ratio
-from srpo.objective.surrogate import clipped_surrogate
 from srpo.objective.validation import check_clip
 
 ADVANTAGE_UNITS: tuple[str, ...] = ("set", "member", "episode")
@@ -359,6 +364,21 @@ def prepare_step(
 # ---------------------------------------------------------------- loss
 
 
+class SetUpdateState(NamedTuple):
+    """What the update did to each active set of a micro-batch (diagnostics, not the loss): the
+    loss kernel's own ratio and clip flags, per set."""
+
+    log_ratio: Tensor  # [S] Lambda_S under the `mean` reduction (every method: comparable)
+    clipped: Tensor  # [S] share of the set's ratio units the clip stopped (the set unit: 0 or 1)
+    units: Tensor  # [S] ratio units of the set: 1 (set unit), members (sequence), tokens (token)
+
+
+class MethodLoss(NamedTuple):
+    loss: Tensor  # scalar, differentiable w.r.t. logprobs
+    metrics: dict[str, float]  # see docs/metrics.md
+    sets: SetUpdateState  # per set of the micro-batch (the episode log's)
+
+
 def method_policy_loss(
     spec: MethodSpec,
     batch: FlatBatch,
@@ -368,12 +388,28 @@ def method_policy_loss(
     kl_beta: float = 0.0,
     entropy_alpha: float = 0.0,
 ) -> tuple[Tensor, dict[str, float]]:
+    """(loss, metrics) of `method_loss` (which also returns the per-set state)."""
+    out = method_loss(spec, batch, logprobs, entropy=entropy, kl_beta=kl_beta, entropy_alpha=entropy_alpha)
+    return out.loss, out.metrics
+
+
+def method_loss(
+    spec: MethodSpec,
+    batch: FlatBatch,
+    logprobs: Tensor,
+    *,
+    entropy: Tensor | None = None,
+    kl_beta: float = 0.0,
+    entropy_alpha: float = 0.0,
+) -> MethodLoss:
     """loss = policy loss + beta * KL(pi_theta || pi_ref) - alpha * entropy, for one micro-batch.
 
     `batch` must come from `prepare_step` then `with_step_weights` (possibly sliced with
     select_sets: a micro-batch of the optimizer step); logprobs: [M, T]
     log pi_theta of its members; entropy: [M, T] (needed when entropy_alpha > 0). KL and entropy
-    are aggregated with the method's own token weights.
+    are aggregated with the method's own token weights. Also returns, per set, Lambda_S under
+    `mean` and the share of its ratio units the loss's clip stopped (SetUpdateState: the episode
+    log's).
     """
     if batch.old_logprobs is None or batch.member_weights is None or batch.set_weights is None:
         raise ValueError("method_policy_loss needs a batch filled by prepare_step and with_step_weights")
@@ -400,7 +436,7 @@ def method_policy_loss(
     mask = batch.response_mask
     w = batch.member_weights.to(logprobs.dtype).unsqueeze(-1)  # [M, 1] weight of each token
     # one statistic every method shares, whatever its ratio unit: Lambda_S under `mean`
-    lam = out.mean_set_log_ratio
+    lam = out.sets.mean_log_ratio
     if lam is None:
         with torch.no_grad():
             lam = set_log_ratio(logprobs.detach() - batch.old_logprobs, mask, batch.set_index, batch.num_sets)
@@ -420,53 +456,4 @@ def method_policy_loss(
         loss = loss - entropy_alpha * ent_term
         metrics["entropy_bonus"] = float(ent_term.detach())
     metrics["loss"] = float(loss.detach())
-    return loss, metrics
-
-
-# ---------------------------------------------------------------- per-set record of the update
-
-
-class SetUpdateState(NamedTuple):
-    """What the update did to each active set of a micro-batch (diagnostics, not the loss)."""
-
-    log_ratio: Tensor  # [S] Lambda_S under the `mean` reduction (every method: comparable)
-    clipped: Tensor  # [S] share of the set's ratio units the clip stopped (the set unit: 0 or 1)
-    units: Tensor  # [S] ratio units of the set: 1 (set unit), members (sequence), tokens (token)
-
-
-@torch.no_grad()
-def set_update_state(spec: MethodSpec, batch: FlatBatch, logprobs: Tensor) -> SetUpdateState:
-    """Per set of a filled micro-batch (as `method_policy_loss` takes it): its log-ratio and
-    how much of it the clip stopped, from the same `clipped_surrogate` the loss calls.
-
-    A unit is clipped when r > 1 + eps_high with A > 0 or r < 1 - eps_low with A < 0 (docs/
-    metrics.md); sum(clipped * units) / sum(units) over a micro-batch is its `clip/all/frac`.
-    logprobs: [M, T] log pi_theta (detached here).
-    """
-    if batch.old_logprobs is None:
-        raise ValueError("set_update_state needs old log-probs in the batch")
-    mask, sidx, n_sets = batch.response_mask, batch.set_index, batch.num_sets
-    delta = logprobs.detach() - batch.old_logprobs  # [M, T]
-    lam = set_log_ratio(delta, mask, sidx, n_sets)  # [S] under `mean`
-    clip = (spec.clip_low, spec.clip_high, spec.max_log_ratio)
-    if spec.ratio_unit == "set":
-        x = set_log_ratio(delta, mask, sidx, n_sets, spec.reduction)  # [S] the method's own ratio
-        out = clipped_surrogate(x, batch.set_advantages.to(x.dtype), *clip)
-        flags = (out.clipped_low | out.clipped_high).to(delta.dtype)  # [S]
-        return SetUpdateState(lam, flags, torch.ones_like(flags))
-    adv = batch.advantages_per_member().to(delta.dtype)  # [M]
-    if spec.ratio_unit == "sequence":
-        members = torch.arange(batch.num_members, device=sidx.device)
-        x = set_log_ratio(delta, mask, members, batch.num_members)  # [M] length-normalized
-        out = clipped_surrogate(x, adv, *clip)
-        per_member = (out.clipped_low | out.clipped_high).to(delta.dtype)  # [M]
-        units = torch.ones_like(per_member)
-    else:  # token unit: each response token is clipped on its own
-        d = torch.where(mask, delta, torch.zeros_like(delta))
-        out = clipped_surrogate(d, adv.unsqueeze(-1), *clip)
-        per_member = ((out.clipped_low | out.clipped_high) & mask).sum(dim=-1).to(delta.dtype)  # [M]
-        units = mask.sum(dim=-1).to(delta.dtype)  # [M]
-    zeros = torch.zeros(n_sets, dtype=delta.dtype, device=delta.device)
-    set_units = zeros.index_add(0, sidx, units)  # [S]
-    share = zeros.index_add(0, sidx, per_member) / set_units.clamp(min=1)
-    return SetUpdateState(lam, share, set_units)
+    return MethodLoss(loss, metrics, SetUpdateState(lam, out.sets.clipped, out.sets.units))

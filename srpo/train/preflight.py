@@ -15,17 +15,22 @@ rollouts (which load the same Config) but that make training fail late or learn 
 from __future__ import annotations
 
 from srpo.config import Config, ConfigError, check_environment
+from srpo.objective.methods import MethodSpec
+from srpo.train.distributed import DistContext, check_data_parallel
 
 
-def preflight(cfg: Config) -> None:
-    """Every check of a training run that needs no model; raises on the first problem."""
+def preflight(cfg: Config, *, models_given: bool = False) -> None:
+    """Every check of a training run that needs no model; raises on the first problem.
+    models_given: the caller built the policies (srpo.api's model object), so model.name only
+    records where they came from and names nothing to load."""
     from srpo.build import check_model_source
 
     check_environment(cfg)
     check_group_size(cfg)
-    check_model_source(cfg.model)  # before any data file is read
-    for name, model in cfg.policies.models.items():
-        check_model_source(model, f"policies.models.{name}.name")
+    if not models_given:
+        check_model_source(cfg.model)  # before any data file is read
+        for name, model in cfg.policies.models.items():
+            check_model_source(model, f"policies.models.{name}.name")
     check_agents(cfg)
     check_task_pack(cfg)
 
@@ -64,3 +69,35 @@ def check_task_pack(cfg: Config) -> None:
     pack = task_pack(cfg)
     if pack.check is not None:
         pack.check(cfg.task)
+
+
+def check_process_layout(cfg: Config, spec: MethodSpec, dist: DistContext) -> None:
+    """What a step needs of the processes it runs on (checked on every rank before any work)."""
+    t = cfg.train
+    if dist.active:
+        check_data_parallel(spec)
+        if t.tasks_per_step < dist.world:
+            raise ValueError(f"train.tasks_per_step ({t.tasks_per_step}) must be >= the number "
+                             f"of processes ({dist.world}): ranks own whole tasks")
+    check_minibatches(t.minibatches, t.tasks_per_step, cfg.group_size, dist.world)
+    if t.dynamic_sampling and dist.active:
+        raise ValueError("train.dynamic_sampling runs in one process only: ranks would keep different "
+                         "numbers of tasks (and minibatches); turn it off for data-parallel runs")
+
+
+def check_minibatches(minibatches: int, tasks_per_step: int, group_size: int, world: int) -> None:
+    """Every rank must be able to cut its sets into exactly `minibatches` parts of whole sets,
+    so that all ranks make the same number of optimizer steps (and collective calls).
+
+    A rank owns at least floor(tasks_per_step / world) tasks, i.e. that many times group_size
+    episodes, and every episode has at least one active set: that many sets are guaranteed on
+    every rank whatever the workflow does. Checked on every rank before any work.
+    """
+    episodes = (tasks_per_step // world) * group_size
+    if minibatches > episodes:
+        where = f" on each of {world} processes" if world > 1 else ""
+        raise ValueError(
+            f"train.minibatches ({minibatches}) exceeds the episodes of a step{where} ({episodes} = "
+            f"{tasks_per_step // world} tasks x group_size {group_size}); an episode may have a single "
+            f"active set and a minibatch holds whole sets, so use at most {episodes} minibatches"
+        )

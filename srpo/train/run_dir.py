@@ -12,6 +12,12 @@ dies, however it dies, so a killed run never leaves it stuck: the next `resume=t
 once. The file itself stays (it only holds the last holder's pid, for the message). flock is
 advisory and local: processes on other machines sharing the directory over NFS are not excluded.
 
+What a run finds there. A fresh run (resume=false) refuses a directory holding any of a run's
+files (RUN_ARTIFACTS); resume=true continues from the newest complete checkpoint, verified
+(markers, checksums, config fingerprint) before any work, or, when a run was killed before its
+first checkpoint, starts again from step 0 (`resume_checkpoint`). `output_dir` may hold
+"{time}", which gives every run of a preset its own directory (`resolve_run_dir`).
+
 The run's config. A run writes its resolved config to `RUN/config.yaml` (`srpo train RUN`
 reads it back). When that file is one a person wrote (comments, their own layout), the run
 would replace it and lose them; `check_config_file` refuses that instead.
@@ -23,6 +29,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +38,17 @@ import yaml
 from srpo.config.errors import ConfigError
 from srpo.config.yaml_reader import load_yaml, read_config_text
 from srpo.disk import atomic_write_text
+from srpo.train.checkpoint import (
+    CheckpointError,
+    corrupt_checkpoint_message,
+    latest_checkpoint,
+    verify_checkpoint,
+)
 
 LOCK_FILE = ".srpo.lock"
 CONFIG_FILE = "config.yaml"
+# What a run writes into its directory: a fresh run (resume=false) refuses a directory holding any.
+RUN_ARTIFACTS = ("metrics.jsonl", "checkpoints", "eval", "export", "episodes")
 
 
 class RunDirectoryBusy(ValueError):
@@ -144,3 +159,42 @@ def write_config(run_dir: str | Path, config: dict[str, Any]) -> Path:
     """RUN/config.yaml, the resolved config, written atomically (a kill or a full disk leaves
     the previous file, never half of one: `srpo train RUN resume=true` reads it)."""
     return atomic_write_text(Path(run_dir) / CONFIG_FILE, yaml.safe_dump(config, sort_keys=False))
+
+
+def resolve_run_dir(output_dir: str, *, resume: bool) -> str:
+    """The run's directory: "{time}" in output_dir becomes the start time (YYYYmmdd-HHMMSS)."""
+    if resume and "{time}" in output_dir:
+        raise ValueError("resume=true needs the run's actual output_dir, not a {time} template")
+    return output_dir.replace("{time}", time.strftime("%Y%m%d-%H%M%S"))
+
+
+def resume_checkpoint(run_dir: Path, *, resume: bool, fingerprint: str, resumable_fields: tuple[str, ...]) -> Path | None:
+    """The checkpoint to resume from, verified before any work (None: start at step 0).
+
+    resume=false refuses a directory that already holds a run's files; resume=true takes the
+    newest complete checkpoint, refusing a damaged one or one another config wrote (only
+    `resumable_fields` may change between the two), or None when the run has none.
+    """
+    if not resume:
+        found = [n for n in RUN_ARTIFACTS if (run_dir / n).exists()]
+        if found:
+            raise ValueError(
+                f"{run_dir} already holds a run ({', '.join(found)}); pass resume=true to "
+                f"continue it (from its newest checkpoint, or from step 0 if it has none) or "
+                f"choose another output_dir"
+            )
+        return None
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is None:
+        return None
+    try:
+        meta = verify_checkpoint(ckpt)
+    except CheckpointError as e:
+        raise CheckpointError(corrupt_checkpoint_message(ckpt, e)) from None
+    if meta.get("config_fingerprint") != fingerprint:
+        raise ValueError(
+            f"checkpoint {ckpt} was written by another config (fingerprint "
+            f"{meta.get('config_fingerprint')} != {fingerprint}); only "
+            f"{', '.join(resumable_fields)} may change when resuming"
+        )
+    return ckpt

@@ -36,7 +36,8 @@ def test_dynamic_sampling_keeps_only_informative_tasks_and_counts_what_it_droppe
     assert _informative_task_count(plain, first) < 4  # the step's own draw is not enough
 
     trainer = _trainer(tmp_path / "dynamic", "train.dynamic_sampling=true", "train.dynamic_sampling_max_draws=4")
-    kept, generated, m = trainer.rollout_step(0)
+    step = trainer.rollout_step(0)
+    kept, generated, m = step.episodes, step.generated, step.metrics
     kept_tasks = list(dict.fromkeys(e.task.task_id for e in kept))
     assert len(kept_tasks) == m["rollout/dynamic/informative_tasks"] == 4
     assert _informative_task_count(trainer, kept) == 4  # every kept group is informative
@@ -54,7 +55,8 @@ def test_dynamic_sampling_keeps_only_informative_tasks_and_counts_what_it_droppe
 
 def test_the_draw_cap_bounds_the_rollouts_and_the_run_logs_the_budget(tmp_path):
     trainer = _trainer(tmp_path, "train.dynamic_sampling=true", "train.dynamic_sampling_max_draws=1")
-    kept, generated, m = trainer.rollout_step(0)
+    step = trainer.rollout_step(0)
+    kept, generated, m = step.episodes, step.generated, step.metrics
     assert m["rollout/dynamic/draws"] == 1 and len(generated) == 8
     assert m["rollout/dynamic/informative_tasks"] < 4  # the cap stopped it short
     assert m["rollout/dynamic/dropped_episodes"] == 8 - len(kept)

@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 
 from srpo.config import load_config
-from srpo.train.metrics import METRICS, REDUCTIONS, UndeclaredMetric, combine, declared, template_regex, undeclared
+from srpo.train.metrics import (
+    METRICS,
+    REDUCTIONS,
+    UndeclaredMetric,
+    combine,
+    declared,
+    template_regex,
+    undeclared,
+)
 from srpo.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,6 +13,7 @@ from srpo.batch import build_flat_batch
 from srpo.config import load_config
 from srpo.objective import METHODS, prepare_step
 from srpo.objective.methods import informative_sets
+from srpo.train import update as update_module
 from srpo.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,8 +67,8 @@ def test_a_step_whose_groups_are_all_degenerate_computes_nothing_and_still_logs(
     # every reward 0 (no component weighs anything): every group is degenerate, every advantage 0
     zero_reward = ["task.reward={correct_weight: 0.0, format_weight: 0.0, format_rule: any}"]
     calls = []
-    real = Trainer._logprobs
-    monkeypatch.setattr(Trainer, "_logprobs", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    real = update_module.batch_logprobs  # the one forward of the old-log-prob pass and the update
+    monkeypatch.setattr(update_module, "batch_logprobs", lambda *a, **k: calls.append(1) or real(*a, **k))
     g_skip, m_skip, share = _one_update(tmp_path, "srpo", None, True, *zero_reward)
     assert share == 1.0 and calls == []  # no forward at all: neither old log-probs nor update
     g_full, m_full, _ = _one_update(tmp_path, "srpo", None, False, *zero_reward)

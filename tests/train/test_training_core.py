@@ -22,6 +22,7 @@ from srpo.batch import build_flat_batch, split_sets
 from srpo.config import load_config, to_dict
 from srpo.objective import REDUCTIONS, get_method, method_policy_loss, prepare_step
 from srpo.train import trainer as trainer_module
+from srpo.train import update as update_module
 from srpo.train.run_identity import RESUMABLE_FIELDS, result_fingerprint, resume_fingerprint
 from srpo.train.trainer import Trainer, check_minibatches, combine_micro_batches, mean_over_steps
 
@@ -112,14 +113,14 @@ def test_the_trainer_makes_epochs_times_minibatches_optimizer_steps(tmp_path, mo
                               "train.tasks_per_step=3", "group_size=3", "train.minibatches=4",
                               "train.epochs=2", "train.steps=1", "train.micro_batch_tokens=100000"])
     losses: list[float] = []
-    real = trainer_module.method_policy_loss
+    real = update_module.method_loss  # the update's one loss call per micro-batch
 
     def recording(*args, **kwargs):  # one micro-batch per optimizer step here (a large budget)
-        loss, m = real(*args, **kwargs)
-        losses.append(float(loss.detach()))
-        return loss, m
+        out = real(*args, **kwargs)
+        losses.append(float(out.loss.detach()))
+        return out
 
-    monkeypatch.setattr(trainer_module, "method_policy_loss", recording)
+    monkeypatch.setattr(update_module, "method_loss", recording)
     trainer = Trainer(cfg)
     result = trainer.train()
     (row,) = result.history

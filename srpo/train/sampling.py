@@ -1,0 +1,135 @@
+"""What a step trains on: its tasks, their rollouts, and DAPO's dynamic sampling.
+
+    tasks = tasks_for_step(pool, step, tasks_per_step=4, seed=0)   # a function of the step alone
+    sampler.rollout_step(step) -> StepRollout(episodes, generated, metrics, prepared)
+
+Tasks are a deterministic function of the step (resuming needs only the step number); every
+rollout of a step (and every extra draw of it) has its own workflow seed.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from srpo.batch import FlatBatch, build_flat_batch
+from srpo.config import Config
+from srpo.objective.methods import MethodSpec, informative_sets, prepare_step
+from srpo.rollout.policies import PolicySet
+from srpo.rollout.runner import rollout_metrics
+from srpo.train.progress import RunProgress
+from srpo.types import Episode, Task
+
+
+def tasks_for_step(pool: Sequence[Task], step: int, *, tasks_per_step: int, seed: int,
+                   rank: int = 0, world: int = 1) -> list[Task]:
+    """The step's tasks: consecutive slices of a per-epoch shuffle of the pool. With several
+    processes each rank owns whole tasks (groups and sets never cross ranks)."""
+    n = tasks_per_step
+    order = list(range(len(pool)))
+    epoch, offset = divmod(step * n, len(pool))
+    random.Random(f"{seed}/tasks/{epoch}").shuffle(order)
+    picked = [order[(offset + j) % len(pool)] for j in range(n)]
+    if len(set(picked)) < len(picked):
+        raise ValueError(f"train.tasks_per_step ({n}) exceeds task.train_size ({len(pool)})")
+    return [pool[i] for i in picked[rank::world]]
+
+
+def prepare(spec: MethodSpec, episodes: Sequence[Episode], pad_id: int,
+            device: str | torch.device) -> tuple[FlatBatch, dict[str, float]]:
+    """The rollout batch on the device with its advantages, and the advantage metrics."""
+    return prepare_step(spec, build_flat_batch(episodes, pad_id).to(device), None)
+
+
+@dataclass
+class StepRollout:
+    episodes: list[Episode]  # what the step trains on
+    generated: list[Episode]  # everything generated (dynamic sampling's dropped draws too)
+    metrics: dict[str, float]  # rollout/dynamic/* (empty without dynamic sampling)
+    prepared: tuple[FlatBatch, dict[str, float]] | None = None  # `prepare` of episodes, if made
+
+
+class Sampler:
+    """Rolls out a step's tasks with the runner, G episodes each."""
+
+    def __init__(self, cfg: Config, runner, workflow, policies: PolicySet, train_tasks: Sequence[Task], *,
+                 spec: MethodSpec, pad_id: int, rank: int, world: int, progress: RunProgress):
+        self.cfg, self.runner, self.workflow, self.policies = cfg, runner, workflow, policies
+        self.train_tasks, self.spec, self.pad_id = train_tasks, spec, pad_id
+        self.rank, self.world, self.progress = rank, world, progress
+
+    def tasks_for_step(self, step: int) -> list[Task]:
+        return tasks_for_step(self.train_tasks, step, tasks_per_step=self.cfg.train.tasks_per_step,
+                              seed=self.cfg.seed, rank=self.rank, world=self.world)
+
+    def rollout(self, step: int, tasks: list[Task] | None = None, draw: int = 0) -> list[Episode]:
+        """G episodes of each of the step's tasks (or of `tasks`, an extra draw of the step)."""
+        # fresh workflow draws every step (and every extra draw of a step)
+        self.runner.seed = self.cfg.seed * 1_000_003 + step + 7_919 * draw
+        for model in self.policies.models():
+            model.eval()
+        with torch.no_grad():
+            tasks = self.tasks_for_step(step) if tasks is None else tasks
+            total = len(tasks) * self.cfg.group_size
+            with self.progress.bar("rollout", total=total, transient=True, info="generating round 1") as bar:
+                def on_round(r: int, done: int, n: int) -> None:
+                    bar.update(completed=done, info=f"round {r} done, generating round {r + 1}"
+                               if done < n else f"{r} rounds")
+                return self.runner.run(tasks, self.workflow, group_size=self.cfg.group_size,
+                                       on_round=on_round).episodes
+
+    def rollout_step(self, step: int) -> StepRollout:
+        """The step's episodes to train on, and every episode generated.
+
+        Without dynamic sampling both are the step's rollout. With it (DAPO's dynamic sampling):
+        a task is kept only if its group is informative (some advantage of the method is
+        non-zero); more tasks are drawn (deterministically from the step and the draw, never one
+        already drawn this step) and rolled out until tasks_per_step are kept or
+        dynamic_sampling_max_draws rollouts were made. The rest is generated and dropped: it is
+        counted in the rollout metrics (rollout/episodes, rollout/tokens/generated) and in
+        rollout/dynamic/*. If no task of any draw is informative, the first draw is kept (its
+        update is a zero step). When the kept episodes are one whole draw, the batch built to
+        judge it is the step's (StepRollout.prepared).
+        """
+        t = self.cfg.train
+        first = self.rollout(step)
+        if not t.dynamic_sampling:
+            return StepRollout(first, first, {})
+        generated, kept, kept_tasks = list(first), [], []
+        drawn = {e.task.task_id for e in first}
+        pending, draws = first, 1
+        judged: list[tuple[list[Episode], tuple[FlatBatch, dict[str, float]]]] = []
+        while True:
+            prepared = prepare(self.spec, pending, self.pad_id, self.cfg.device)
+            judged.append((pending, prepared))
+            batch = prepared[0]
+            informative = {batch.set_task[s] for s in informative_sets(batch).nonzero().flatten().tolist()}
+            for task_id in dict.fromkeys(e.task.task_id for e in pending):
+                if task_id in informative and len(kept_tasks) < t.tasks_per_step:
+                    kept_tasks.append(task_id)
+                    kept += [e for e in pending if e.task.task_id == task_id]
+            if len(kept_tasks) >= t.tasks_per_step or draws >= t.dynamic_sampling_max_draws:
+                break
+            rng = random.Random(f"{self.cfg.seed}/dynamic/{step}/{draws}")
+            fresh = [task for task in self.train_tasks if task.task_id not in drawn]
+            extra = rng.sample(fresh, min(t.tasks_per_step, len(fresh)))
+            if not extra:
+                break
+            drawn.update(task.task_id for task in extra)
+            pending = self.rollout(step, extra, draw=draws)
+            generated += pending
+            draws += 1
+        kept = kept or first
+        kept_ids = {id(e) for e in kept}
+        dropped = [e for e in generated if id(e) not in kept_ids]
+        tokens = rollout_metrics(dropped).get("tokens/generated", 0.0) if dropped else 0.0
+        whole = [p for episodes, p in judged if len(episodes) == len(kept) and all(a is b for a, b in zip(episodes, kept))]
+        return StepRollout(kept, generated, {
+            "rollout/dynamic/draws": float(draws),
+            "rollout/dynamic/informative_tasks": float(len(kept_tasks)),
+            "rollout/dynamic/dropped_episodes": float(len(dropped)),
+            "rollout/dynamic/dropped_tokens": float(tokens),
+        }, whole[0] if whole else None)

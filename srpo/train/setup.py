@@ -1,0 +1,75 @@
+"""What a run sets up around its policies: seeds, the KL reference, the pad id, the modules a
+checkpoint holds, and the export of the trained policies at the end."""
+
+from __future__ import annotations
+
+import copy
+import random
+from pathlib import Path
+
+import torch
+
+from srpo.config import Config, to_dict
+from srpo.rollout.policies import PolicySet
+from srpo.train.run_identity import resume_fingerprint
+
+
+def seed_everything(seed: int) -> None:
+    """Python's, torch's and numpy's global generators, before any model is built."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed)
+    except ImportError:  # numpy is a dependency, but seeding it is only a courtesy
+        pass
+
+
+def fingerprint_of(cfg: Config) -> str:
+    """The checkpoint fingerprint of a config (srpo.train.run_identity)."""
+    return resume_fingerprint(to_dict(cfg))
+
+
+def shared_pad_token_id(policies: PolicySet) -> int:
+    """The one pad token id of every policy's tokenizer (the batch has one padding)."""
+    ids = {policies[n].tokenizer.pad_token_id for n in policies.names}
+    if None in ids or len(ids) != 1:
+        raise ValueError(f"all policies need one shared pad token id, got {sorted(map(str, ids))}")
+    return ids.pop()
+
+
+def build_reference(policies: PolicySet) -> PolicySet | None:
+    """Frozen copies for the KL penalty. LoRA needs none: the base with adapters off is it."""
+    if policies.kind == "lora":
+        return None
+    copies = {}
+    for name in policies.names:
+        p = policies[name]
+        m = copy.deepcopy(p.model).eval()
+        for q in m.parameters():
+            q.requires_grad_(False)
+        copies[name] = (m, p.tokenizer)
+    if policies.kind == "shared":
+        (m, tok), = copies.values()
+        return PolicySet.shared(m, tok, name=policies.names[0])
+    return PolicySet.separate(copies)
+
+
+def checkpointed_models(policies: PolicySet) -> dict[str, torch.nn.Module]:
+    """The modules a checkpoint holds: separate policies by name; a shared model or a LoRA base
+    (with all its adapters) once, as "model"."""
+    if policies.kind == "separate":
+        return {n: policies[n].model for n in policies.names}
+    return {"model": policies.models()[0]}
+
+
+def export_policies(policies: PolicySet, run_dir: Path) -> list[Path]:
+    """Each trained policy as a plain Hugging Face folder under RUN/export/<policy>."""
+    from srpo.train.checkpoint import export_policy
+
+    out = []
+    for name in policies.names:
+        p = policies[name]
+        out.append(export_policy(p.model, p.tokenizer, run_dir / "export" / name, adapter=p.adapter, overwrite=True))
+    return out
