@@ -1,0 +1,99 @@
+"""Exporting a trained policy as a plain Hugging Face folder (`export_policy`): a peft model
+merged on a copy, the folder filled in a temporary sibling, fsynced, given a checksum manifest
+(srpo_export.json, which `verify_export` and `srpo eval RUN` check) and renamed into place. A
+full disk removes the unfinished folder and leaves an earlier export unchanged."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from srpo.disk import DiskFullError, disk_full_errno, writing
+from srpo.train.checkpoint.durable import _fsync_dir, _fsync_file, _retire, _sha256, _write_text
+from srpo.train.checkpoint.layout import EXPORT_MANIFEST
+from srpo.train.checkpoint.state import _peft_adapters
+
+
+def export_policy(
+    model: torch.nn.Module,
+    tokenizer: Any | None,
+    out_dir: str | Path,
+    *,
+    adapter: str | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write a plain Hugging Face folder that `AutoModelForCausalLM.from_pretrained` loads.
+
+    A peft model is merged on a deep copy (`merge_and_unload`), so the training model keeps its
+    adapters; `adapter` picks which one when it has several. The folder is filled in a temp
+    sibling and renamed into place. An existing out_dir is an error unless overwrite=True.
+    """
+    out = Path(out_dir).absolute()
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{out} exists; pass overwrite=True to replace it")
+    adapters = _peft_adapters(model)
+    if adapters is not None:
+        if adapter is None:
+            if len(adapters) > 1:
+                raise ValueError(f"model has adapters {adapters}; choose one with adapter=")
+            adapter = adapters[0]
+        if adapter not in adapters:
+            raise ValueError(f"adapter {adapter!r} not in the model's adapters {adapters}")
+        model = copy.deepcopy(model).merge_and_unload(adapter_names=[adapter])
+    with writing(out.parent):
+        out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    earlier = out.exists()
+    try:
+        _write_export(model, tokenizer, tmp, out)
+    except DiskFullError as e:
+        # named as in the finished folder: the temp dir is gone by the time anyone reads this
+        path = out / e.path.relative_to(tmp) if e.path.is_relative_to(tmp) else e.path
+        shutil.rmtree(tmp, ignore_errors=True)
+        hint = "the unfinished export was removed" + (f" and the earlier {out} is unchanged" if earlier else "")
+        raise e.with_hint(hint, path=path) from e.__cause__
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _write_export(model: torch.nn.Module, tokenizer: Any | None, tmp: Path, out: Path) -> None:
+    """Fill `tmp` (weights, tokenizer, manifest) and rename it to `out`. The writers inside
+    transformers do not say which file a full disk stopped, so the newest file in `tmp` is named."""
+    for save in (model.save_pretrained, None if tokenizer is None else tokenizer.save_pretrained):
+        if save is None:
+            continue
+        try:
+            save(tmp)
+        except Exception as e:
+            code = disk_full_errno(e)
+            if code is None:
+                raise
+            named = e.filename if isinstance(e, OSError) and e.filename else None
+            raise DiskFullError(Path(named) if named else _newest_file(tmp), code) from e
+    for path in tmp.rglob("*"):
+        if path.is_file():
+            _fsync_file(path)
+    # checksums of every file, so `srpo eval RUN` can tell an intact export from a damaged one
+    manifest = {str(p.relative_to(tmp)): _sha256(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
+    _write_text(tmp / EXPORT_MANIFEST, json.dumps({"files": manifest}, indent=1) + "\n")
+    _fsync_dir(tmp)
+    if out.exists():
+        _retire(out)
+    os.rename(tmp, out)
+    _fsync_dir(out.parent)
+
+
+def _newest_file(folder: Path) -> Path:
+    """The file written last in `folder` (the one a failed save_pretrained was writing), or the
+    folder itself if it holds none."""
+    files = [p for p in folder.rglob("*") if p.is_file()] if folder.is_dir() else []
+    return max(files, key=lambda p: p.stat().st_mtime_ns, default=folder)
