@@ -9,8 +9,9 @@ one `mkdocs build --strict` check both readings:
 - A link or image that leaves `docs_dir` (code, results, the README) is checked here: the file
   must exist in the repository, else a warning names it (which `--strict` turns into a failure);
   an existing one is pointed at `repo_url` (`/blob/main/<path>`) when mkdocs.yml sets one, else at
-  the repository path from the site's root. mkdocs itself validates links between pages and
-  their anchors (`validation:` in mkdocs.yml).
+  the repository path from the site's root, where the build copies the file (so plots and code
+  open from a site served at its root, as `mkdocs serve` does). mkdocs itself validates links
+  between pages and their anchors (`validation:` in mkdocs.yml).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import logging
 import os
 import posixpath
 import re
+import shutil
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -53,6 +55,7 @@ class _State:
     repo_root = Path(".")
     repo_url = ""
     page_src = ""  # the page's path inside docs_dir, e.g. "training.md"
+    linked: set[str] = set()  # repository files the pages link to, by repository path
 
 
 class _OutsideLinks(Treeprocessor):
@@ -85,6 +88,8 @@ def _outside_target(url: str) -> str:
                     f"file '{repo_path}'")
         return url
     suffix = f"#{anchor}" if anchor else ""
+    if target.is_file():
+        _State.linked.add(repo_path)
     if _State.repo_url:
         return f"{_State.repo_url.rstrip('/')}/blob/main/{repo_path}{suffix}"
     return f"/{repo_path}{suffix}"
@@ -103,9 +108,20 @@ def on_config(config):
     _State.docs_dir = Path(os.path.abspath(config.docs_dir))
     _State.repo_root = Path(os.path.abspath(config.config_file_path)).parent
     _State.repo_url = config.repo_url or ""
+    _State.linked = set()
     return config
 
 
 def on_page_markdown(markdown_text, page, config, files):
     _State.page_src = page.file.src_uri
     return markdown_text
+
+
+def on_post_build(config):
+    """The repository files the pages link to, copied to their repository paths in the site."""
+    if _State.repo_url:
+        return  # the links open the files on the repository's host
+    for repo_path in sorted(_State.linked):
+        dest = Path(config.site_dir) / repo_path
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(_State.repo_root / repo_path, dest)

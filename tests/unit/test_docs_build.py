@@ -29,7 +29,7 @@ def _mkdocs_build(root: Path, site: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file",
          str(root / "mkdocs.yml"), "--site-dir", str(site)],
-        cwd=root, capture_output=True, text=True, env=env, timeout=300)
+        cwd=root, capture_output=True, text=True, env=env, timeout=300, check=False)
 
 
 def _output(result: subprocess.CompletedProcess) -> str:
@@ -98,6 +98,8 @@ def test_a_link_to_a_repository_file_that_exists_builds(docs_copy, tmp_path):
     assert result.returncode == 0, _output(result)
     page = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
     assert 'href="/srpo/types.py"' in page  # pointed at the repository path (no repo_url set)
+    copied = tmp_path / "site" / "srpo" / "types.py"  # where the build puts the file it links
+    assert copied.read_bytes() == (REPO / "srpo" / "types.py").read_bytes()
 
 
 def _module(path: Path, name: str):
