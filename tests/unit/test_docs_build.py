@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -58,6 +59,8 @@ def test_the_docs_build_strict(tmp_path):
     assert result.returncode == 0, _output(result)
     assert (tmp_path / "site" / "index.html").is_file()
     assert (tmp_path / "site" / "getting-started" / "index.html").is_file()
+    page = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    assert not re.findall(r'(?:src|href)="https?://[^"]*\.(?:js|css)"', page)  # opens offline
 
 
 def _append(path: Path, text: str) -> None:
