@@ -1,10 +1,11 @@
 """Run a study from a YAML spec: settings x methods x seeds with equal budgets, resumable.
 
-    python benchmarks/study.py benchmarks/studies/cpu_main.yaml --quick        # smoke, < 15 min
-    python benchmarks/study.py benchmarks/studies/cpu_main.yaml --max-minutes 110   # one chunk
-    python benchmarks/study.py benchmarks/studies/cpu_main.yaml --list         # what is done
+    python benchmarks/study.py studies/cpu_onpolicy/cpu_main.yaml --quick        # smoke, < 15 min
+    python benchmarks/study.py studies/cpu_onpolicy/cpu_main.yaml --max-minutes 110   # one chunk
+    python benchmarks/study.py studies/cpu_onpolicy/cpu_main.yaml --list         # what is done
+    python benchmarks/study.py studies/testbed_mechanism/spec.yaml --jobs 2      # a series study
 
-Rerunning the same command resumes where it stopped. See docs/results.md.
+Rerunning the same command resumes where it stopped. The studies: studies/README.md.
 """
 
 import sys

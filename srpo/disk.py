@@ -100,12 +100,17 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     """Write `path` whole or not at all: a temp sibling, fsynced, renamed over it. On any
     failure the temp file is removed and the old `path` (if any) is untouched; a full disk
     raises DiskFullError(path)."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """atomic_write_text for bytes (e.g. a study's compressed archive of records)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with writing(path):
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
+            with open(tmp, "wb") as f:
+                f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)

@@ -1,6 +1,8 @@
-"""Studies: methods x settings x seeds with equal budgets, resumable, with tables and plots.
+"""The study harness: settings x methods x seeds (optionally in blocks, crossed with levels),
+each cell one training run with the same budget; resumable; tables with intervals and paired
+tests. A study's own analysis lives with its spec under studies/<name>/.
 
-    python benchmarks/study.py benchmarks/studies/cpu_main.yaml [--quick] [--max-minutes 110]
+    python benchmarks/study.py studies/cpu_onpolicy/cpu_main.yaml [--quick] [--max-minutes 110]
 """
 
 from srpo.study.runner import Cell, plan_cells, run_cell, run_study

@@ -1,5 +1,9 @@
 """Tables and plots of a study from its cells' result.json and metrics.jsonl.
 
+A `record: series` study (srpo.study.series) gets a table of its cells instead: runs done of
+planned, runs that raised, and each metric's last logged value, mean over runs [95% t-interval];
+what the series mean is its own analysis (studies/<name>/).
+
 Accuracy per cell (setting x method) is the mean held-out accuracy over seeds with a 95%
 t-interval over seeds (n seeds, so a 3-seed interval is wide: that is the honest width). The
 macro-average of a method averages its settings within each seed, then takes the mean and
@@ -17,30 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from srpo.train.report.study import write_study_page
-from srpo.study.runner import Cell, iter_results, read_metrics
+from srpo.study.runner import Cell, iter_results, plan_cells, read_metrics
 from srpo.study.spec import StudySpec
-from srpo.train.stats import Interval, paired_comparison
+from srpo.train.report.study import write_study_page
+from srpo.train.stats import Interval, paired_comparison, t_interval
 
-# two-sided 95% quantiles of Student's t by degrees of freedom (1..30); normal beyond
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-
-
-def t_interval(values: Sequence[float]) -> Interval:
-    """Mean with a 95% t-interval; one value gives a zero-width interval (reported as n=1)."""
-    n = len(values)
-    if n == 0:
-        raise ValueError("t_interval needs at least one value")
-    mean = sum(values) / n
-    if n == 1:
-        return Interval(mean, mean, mean)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    t = _T975[n - 2] if n - 1 <= len(_T975) else 1.96
-    half = t * sd / math.sqrt(n)
-    return Interval(mean, mean - half, mean + half)
-
+__all__ = ["StudyRuns", "cell_key", "load_runs", "markdown", "metric_table", "series_markdown",
+           "series_summary", "summarize", "t_interval", "write_report"]
 
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}"
@@ -72,9 +59,56 @@ def load_runs(spec: StudySpec) -> StudyRuns:
     for cell, result in iter_results(spec):
         if result is None:
             missing.append(cell)
+        elif spec.record == "series":
+            done.append((cell, result, []))  # its series are in the record
         else:
             done.append((cell, result, read_metrics(cell.directory(spec.output) / "metrics.jsonl")))
     return StudyRuns(done, missing)
+
+
+def series_summary(spec: StudySpec, runs: StudyRuns | None = None) -> dict[str, Any]:
+    """Per cell (its label without the seed): runs planned and done, runs that raised, and per
+    metric the mean over runs of the run's last logged value with a 95% t-interval over runs."""
+    runs = runs if runs is not None else load_runs(spec)
+    records = {c.label: r for c, r, _ in runs.done}
+    cells: dict[str, dict[str, Any]] = {}
+    for cell in plan_cells(spec):  # plan order: blocks as listed
+        row = cells.setdefault("/".join(cell.parts), {"planned": 0, "runs": 0, "raised": 0, "last": {}})
+        row["planned"] += 1
+        record = records.get(cell.label)
+        if record is None:
+            continue
+        row["runs"] += 1
+        row["raised"] += record["error"] is not None
+        for key, values in record["series"].items():
+            finite = [v for v in values if v is not None and math.isfinite(v)]
+            if finite:
+                row["last"].setdefault(key, []).append(finite[-1])
+    for row in cells.values():
+        row["last"] = {key: dict(zip(("mean", "low", "high"), t_interval(values)), runs=len(values))
+                       for key, values in row["last"].items()}
+    return {"spec": spec.name, "cells": cells, "missing": [c.label for c in runs.missing]}
+
+
+def series_markdown(spec: StudySpec, summary: dict[str, Any]) -> str:
+    """results.md of a series study: one row per cell, the scalar metrics' last values."""
+    keys = [k for k in spec.report_metrics if "{k}" not in k]
+    lines = [f"# Study `{spec.name}`", ""]
+    if spec.description:
+        lines += [spec.description.strip(), ""]
+    lines += [("Per cell: runs done of planned, runs that raised, and each metric's last logged value "
+               "(mean over runs [95% t-interval over runs]). What the runs mean is the study's own analysis."), "",
+              "| cell | runs | raised | " + " | ".join(keys) + " |", "|---|---|---|" + "---|" * len(keys)]
+    for name, row in summary["cells"].items():
+        cols = []
+        for k in keys:
+            v = row["last"].get(k)
+            cols.append("-" if v is None else (f"{v['mean']:.3g}" if v["runs"] == 1
+                                               else f"{v['mean']:.3g} [{v['low']:.3g}, {v['high']:.3g}]"))
+        lines.append(f"| {name} | {row['runs']}/{row['planned']} | {row['raised']} | " + " | ".join(cols) + " |")
+    if summary["missing"]:
+        lines += ["", f"Not run yet: {len(summary['missing'])} cells."]
+    return "\n".join(lines) + "\n"
 
 
 def cell_key(cell: Cell) -> tuple[str, str, int]:
@@ -91,6 +125,8 @@ def _aligned(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[bool], list[boo
 def summarize(spec: StudySpec, runs: StudyRuns | None = None) -> dict[str, Any]:
     """The numbers behind the tables (also written as summary.json)."""
     runs = runs if runs is not None else load_runs(spec)
+    if spec.record == "series":
+        raise ValueError(f"study {spec.name}: a series study has no evaluations to summarize (series_summary)")
     # keyed (setting, method, seed); base cells under method "base"
     results = {cell_key(c): r for c, r, _ in runs.done}
     methods = [m.name for m in spec.methods]
@@ -351,8 +387,16 @@ def plot_by_set_size(spec: StudySpec, out_dir: Path, runs: StudyRuns | None = No
 
 
 def write_report(spec: StudySpec, *, plots: bool = True) -> dict[str, Path]:
-    """SPEC.output/results.md, summary.json, plots/*.png and report.html (links each cell's report)."""
+    """SPEC.output/results.md, summary.json, plots/*.png and report.html (links each cell's report);
+    a series study: results.md and summary.json of series_summary."""
     runs = load_runs(spec)
+    if spec.record == "series":
+        summary = series_summary(spec, runs)
+        spec.output.mkdir(parents=True, exist_ok=True)
+        out = {"markdown": spec.output / "results.md", "summary": spec.output / "summary.json"}
+        out["markdown"].write_text(series_markdown(spec, summary))
+        out["summary"].write_text(json.dumps(summary, indent=1) + "\n")
+        return out
     summary = summarize(spec, runs)
     metrics = metric_table(spec, spec.report_metrics, runs)
     out = {"markdown": spec.output / "results.md", "summary": spec.output / "summary.json"}

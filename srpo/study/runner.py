@@ -1,6 +1,8 @@
 """Runs a study's cells, one training run each, resumable at any point.
 
-Layout under the spec's output folder:
+Layout under the spec's output folder (with blocks and levels: cells/<block>/<setting>/<level>/
+<method>/...; a `record: series` study leaves one compact cells/.../seed<k>.json per cell instead,
+srpo.study.series, or one archive of them, runs.jsonl.gz, once finished):
 
     cells/<setting>/<method>/seed<k>/   config.yaml (complete), train.log, metrics.jsonl,
                                         eval/after.json (per-item correctness), result.json
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import shutil
 import subprocess
@@ -25,46 +26,26 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from srpo.config import to_dict
-from srpo.disk import atomic_write_text
 from srpo.jsonl import loads_lines
+from srpo.study.plan import Cell, is_done, plan_cells, record_path
+from srpo.study.records import code_version
+from srpo.study.records import read_json as _read_json
+from srpo.study.records import write_json as _write_json
 from srpo.study.spec import StudySpec
 from srpo.train.checkpoint import config_fingerprint, latest_checkpoint
 from srpo.train.run_identity import result_fingerprint
 
+__all__ = ["Cell", "CellFailed", "code_version", "inprocess_launcher", "is_done", "iter_results", "plan_cells",
+           "read_metrics", "record_path", "run_cell", "run_study", "subprocess_launcher"]
+
 # launch(argv, log_path) -> exit status; argv are `srpo` CLI arguments
 Launcher = Callable[[list[str], Path], int]
-
-
-@dataclass(frozen=True)
-class Cell:
-    setting: str
-    method: str | None  # None: the untrained base model (evaluation only)
-    seed: int
-
-    @property
-    def label(self) -> str:
-        return f"{self.setting}/{self.method or 'base'}/seed{self.seed}"
-
-    def directory(self, output: Path) -> Path:
-        return output / "cells" / self.setting / (self.method or "base") / f"seed{self.seed}"
-
-
-def plan_cells(spec: StudySpec) -> list[Cell]:
-    """Seed-major order; each setting's base evaluation before its methods."""
-    cells = []
-    for seed in spec.seeds:
-        for s in spec.settings:
-            if spec.base_eval:
-                cells.append(Cell(s.name, None, seed))
-            cells.extend(Cell(s.name, m.name, seed) for m in spec.methods)
-    return cells
 
 
 def subprocess_launcher(argv: list[str], log: Path) -> int:
@@ -90,17 +71,6 @@ class CellFailed(RuntimeError):
     pass
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text())
-
-
-def _write_json(path: Path, data: dict[str, Any], *, compact: bool = False) -> None:
-    """Atomic: a reader sees the old file or the new one, never half of it. compact: no
-    indentation (the mechanism study's per-run records, ~2,000 of them)."""
-    text = json.dumps(data, separators=(",", ":")) if compact else json.dumps(data, indent=1)
-    atomic_write_text(path, text + "\n")
-
-
 def _log_tail(log: Path, lines: int = 15) -> str:
     if not log.exists():
         return "(no log)"
@@ -112,20 +82,6 @@ def read_metrics(path: Path) -> list[dict[str, float]]:
     if not path.exists():
         return []
     return loads_lines(path.read_text(encoding="utf-8"), str(path))  # "\n" only: srpo.jsonl
-
-
-def code_version() -> str:
-    """The git commit of the code a cell ran with (+"-dirty" with uncommitted changes), or
-    "unknown" outside a git checkout."""
-    root = Path(__file__).resolve().parents[2]
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                                check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "srpo"], cwd=root, capture_output=True,
-                               text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return commit + ("-dirty" if dirty else "")
 
 
 def _training_totals(rows: list[dict[str, float]]) -> dict[str, float]:
@@ -143,12 +99,17 @@ def _training_totals(rows: list[dict[str, float]]) -> dict[str, float]:
 
 
 def run_cell(spec: StudySpec, cell: Cell, launch: Launcher = subprocess_launcher) -> dict[str, Any]:
-    """Runs (or resumes, or skips) one cell; returns its result.json content."""
+    """Runs (or resumes, or skips) one cell; returns its result.json content (a series study's
+    cell: its record, srpo.study.series)."""
+    if spec.record == "series":
+        from srpo.study.series import run_series_cell
+
+        return run_series_cell(spec, cell)
     d = cell.directory(spec.output)
-    cfg = spec.cell_config(cell.setting, cell.method, cell.seed, d)
+    cfg = spec.cell_config(cell.setting, cell.method, cell.seed, d, **cell.where())
     cfg_dict = to_dict(cfg)
     fingerprint = result_fingerprint(cfg_dict)  # of the resolved config: recorded, for reference
-    spec_fingerprint = config_fingerprint(spec.cell_inputs(cell.setting, cell.method, cell.seed))
+    spec_fingerprint = config_fingerprint(spec.cell_inputs(cell.setting, cell.method, cell.seed, **cell.where()))
     result_path = d / "result.json"
     if result_path.exists():
         done = _read_json(result_path)
@@ -211,10 +172,16 @@ def run_cell(spec: StudySpec, cell: Cell, launch: Launcher = subprocess_launcher
 
 
 def iter_results(spec: StudySpec) -> Iterator[tuple[Cell, dict[str, Any] | None]]:
-    """Every planned cell with its result (None when not run yet)."""
+    """Every planned cell with its result (None when not run yet); a series study's records
+    come from its per-run files and its archive (srpo.study.series.read_archive)."""
+    archived: dict[str, dict[str, Any]] = {}
+    if spec.record == "series":
+        from srpo.study.series import read_archive
+
+        archived = read_archive(spec)
     for cell in plan_cells(spec):
-        path = cell.directory(spec.output) / "result.json"
-        yield cell, (_read_json(path) if path.exists() else None)
+        path = record_path(spec, cell)
+        yield cell, (_read_json(path) if path.exists() else archived.get(cell.label))
 
 
 def run_study(
@@ -225,12 +192,18 @@ def run_study(
     only: Callable[[Cell], bool] | None = None,
     log: Callable[[str], None] = print,
     jobs: int = 1,
+    worker: tuple[int, int] | None = None,
 ) -> tuple[list[Cell], list[tuple[Cell, str]]]:
     """Runs every pending cell (those `only` accepts) until done or out of time, `jobs` cells at
     a time (each its own process; on a small CPU, several 1-thread cells beat one 2-thread cell).
-    A failed cell is reported and the rest go on. Returns (cells done, (cell, error) failures)."""
+    A failed cell is reported and the rest go on. Returns (cells done, (cell, error) failures).
+    A series study runs its cells in this process, one after the other (its runs are seconds
+    long: a process each would double them); `worker` (i, n) takes the i-th of every n
+    pending cells, for n worker processes (srpo.study.cli --jobs n)."""
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
+    if spec.record == "series":
+        return _run_series(spec, max_minutes=max_minutes, only=only, log=log, worker=worker)
     if jobs > 1 and launch is inprocess_launcher:
         raise ValueError("jobs > 1 needs the subprocess launcher (cells in one process share global state)")
     spec.output.mkdir(parents=True, exist_ok=True)
@@ -244,7 +217,7 @@ def run_study(
     stopped = False
 
     def pending(cell: Cell) -> bool:
-        return not (cell.directory(spec.output) / "result.json").exists()
+        return not is_done(spec, cell)
 
     def worker() -> None:
         nonlocal stopped
@@ -289,3 +262,30 @@ def run_study(
     done.sort(key=order.__getitem__)
     failed.sort(key=lambda f: order[f[0]])
     return done, failed
+
+
+def _run_series(spec: StudySpec, *, max_minutes: float | None, only: Callable[[Cell], bool] | None,
+                log: Callable[[str], None], worker: tuple[int, int] | None
+                ) -> tuple[list[Cell], list[tuple[Cell, str]]]:
+    """A series study's pending cells (this worker's share), in plan order, in this process."""
+    from srpo.study.series import read_archive
+
+    archived = set(read_archive(spec))
+    cells = [c for c in plan_cells(spec) if (only is None or only(c)) and not is_done(spec, c, archived)]
+    index, count = worker or (0, 1)
+    mine = cells[index::count]
+    start = time.perf_counter()
+    durations: list[float] = []
+    done: list[Cell] = []
+    for i, cell in enumerate(mine):
+        expected = max(durations[-20:]) if durations else 0.0
+        if max_minutes is not None and time.perf_counter() - start + expected > 60 * max_minutes:
+            log(f"[worker {index}] time is up; {len(mine) - i} runs left: run the same command again to continue")
+            break
+        t0 = time.perf_counter()
+        record = run_cell(spec, cell)
+        durations.append(time.perf_counter() - t0)
+        done.append(cell)
+        log(f"[worker {index}] {i + 1}/{len(mine)} {cell.label}: {record['steps']} steps"
+            f"{'' if record['error'] is None else ', raised: ' + record['error']} ({durations[-1]:.1f} s)")
+    return done, []

@@ -198,7 +198,7 @@ def test_srpo_set_advantages_follow_the_retrieval_credit_where_magrpo_follows_th
 
 # --------------------------------------------------------------------------- the study config
 
-CREDIT_CONFIG = ROOT / "benchmarks" / "studies" / "configs" / "search_parallel_credit.yaml"
+CREDIT_CONFIG = ROOT / "studies" / "configs" / "search_parallel_credit.yaml"
 TINY = ["model.name=tiny", "model.tokenizer=bytes", "model.hidden_size=64", "model.num_layers=2",
         "model.init_seed=0", "sampling.max_new_tokens=6", "task.train_size=4",
         "task.heldout_size=2", "group_size=2"]

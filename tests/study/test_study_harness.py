@@ -13,8 +13,15 @@ import yaml
 
 from srpo.config import ConfigError
 from srpo.study.cli import main as study_main
-from srpo.study.report import summarize, t_interval, write_report
-from srpo.study.runner import CellFailed, inprocess_launcher, plan_cells, read_metrics, run_cell, run_study
+from srpo.study.report import summarize, write_report
+from srpo.study.runner import (
+    CellFailed,
+    inprocess_launcher,
+    plan_cells,
+    read_metrics,
+    run_cell,
+    run_study,
+)
 from srpo.study.spec import parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -277,14 +284,6 @@ def test_summary_numbers_match_a_hand_computation(tmp_path):
     assert summary["missing"] == []
 
 
-def test_t_interval_hand_values():
-    iv = t_interval([1.0, 2.0, 3.0])
-    assert iv.estimate == 2.0 and iv.high - 2.0 == pytest.approx(4.303 * 1.0 / math.sqrt(3))
-    assert t_interval([0.4]) == (0.4, 0.4, 0.4)
-    with pytest.raises(ValueError):
-        t_interval([])
-
-
 def test_cli_lists_cells_and_refuses_unknown_names(tmp_path, capsys):
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(_spec_data(tmp_path / "s")))
@@ -324,16 +323,15 @@ def test_parallel_jobs_run_every_cell_once(tmp_path):
     ("name: x\nname: y\n", "duplicate key 'name' at line 1 and line 2"),
 ])
 def test_a_study_spec_and_a_run_config_are_read_within_the_config_bounds(tmp_path, text, says):
-    """Study specs (both harnesses) and a run's config.yaml read by the report go through the
-    config loader's bounds: an alias bomb or a duplicate key is one ConfigError, at once."""
-    from srpo.study.mechanism_plan import load_spec as load_mechanism_spec
+    """Study specs (the one harness's, series studies' too) and a run's config.yaml read by the
+    report go through the config loader's bounds: an alias bomb or a duplicate key is one
+    ConfigError, at once."""
     from srpo.study.spec import load_spec
     from srpo.train.report.data import ReportError, collect_run
 
     path = tmp_path / "config.yaml"
     path.write_text(text)
-    for load in (load_spec, load_mechanism_spec):
-        with pytest.raises(ConfigError, match=says):
-            load(path)
+    with pytest.raises(ConfigError, match=says):
+        load_spec(path)
     with pytest.raises(ReportError, match=says):
         collect_run(tmp_path)

@@ -1,0 +1,1 @@
+"""The LLM off-policy study (README.md beside this file)."""

@@ -1,0 +1,1 @@
+"""The testbed mechanism study (README.md beside this file)."""
