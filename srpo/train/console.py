@@ -9,8 +9,10 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from srpo.train.progress import Bar
@@ -65,3 +67,15 @@ class MicroBatchCounter:
 
     def step_done(self) -> None:
         self.steps_done += 1
+
+
+def write_report_or_say_why(run_dir: Path) -> None:
+    """RUN/report.html. A run directory the report cannot read (a file damaged after it was
+    written) does not undo a finished run: one line says why, and `srpo report RUN` retries."""
+    from srpo.train.report import ReportError, write_report
+
+    try:
+        print(f"report: {write_report(run_dir)}", flush=True)
+    except ReportError as e:
+        print(f"report: not written ({e}); the run itself is complete: fix the file and run "
+              f"`srpo report {run_dir}`", file=sys.stderr, flush=True)

@@ -198,3 +198,21 @@ def resume_checkpoint(run_dir: Path, *, resume: bool, fingerprint: str, resumabl
             f"{', '.join(resumable_fields)} may change when resuming"
         )
     return ckpt
+
+
+def rewind_logs(run_dir: Path, logger: Any, step: int, checkpoint: Path | None, *, main: bool) -> str:
+    """Drops what a resumed run logged after its checkpoint at `step` (the lines of later steps,
+    and a final evaluation logged after it: they are redone), or, with no checkpoint, all of
+    it (the run starts over at step 0). logger: the run's MetricsLogger. Returns the line to print."""
+    from srpo.train import episodes_log
+
+    if checkpoint is not None:
+        logger.resume(step, logged_after_checkpoint=lambda row: "loss" not in row)
+    else:
+        logger.resume(-1)
+    if main:
+        episodes_log.drop_steps_after(run_dir, step)
+    if checkpoint is not None:
+        return f"resumed from {checkpoint} at step {step}"
+    return (f"resume=true: {run_dir} has no complete checkpoint; starting from step 0 (the log of the "
+            "interrupted run is discarded)")

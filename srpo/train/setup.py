@@ -56,6 +56,14 @@ def build_reference(policies: PolicySet) -> PolicySet | None:
     return PolicySet.separate(copies)
 
 
+def enable_activation_checkpointing(policies: PolicySet) -> None:
+    """Recompute activations in the backward (memory, not math)."""
+    for model in policies.models():
+        # non-reentrant: works with frozen inputs (LoRA) without enable_input_require_grads;
+        # HF applies it in train mode only, so rollouts and no-grad passes are unaffected
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def checkpointed_models(policies: PolicySet) -> dict[str, torch.nn.Module]:
     """The modules a checkpoint holds: separate policies by name; a shared model or a LoRA base
     (with all its adapters) once, as "model"."""

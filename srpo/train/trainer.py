@@ -37,7 +37,7 @@ from srpo.rollout.policies import PolicySet
 from srpo.rollout.runner import rollout_metrics
 from srpo.train import episodes_log
 from srpo.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
-from srpo.train.console import PhaseTimer, step_line
+from srpo.train.console import PhaseTimer, step_line, write_report_or_say_why
 from srpo.train.distributed import barrier, broadcast_from_main, init_distributed
 from srpo.train.episodes_log import UpdateRecord
 from srpo.train.evaluate import EvalResult
@@ -54,6 +54,7 @@ from srpo.train.run_dir import (
     check_config_file,
     resolve_run_dir,
     resume_checkpoint,
+    rewind_logs,
     write_config,
 )
 from srpo.train.run_identity import RESUMABLE_FIELDS
@@ -61,6 +62,7 @@ from srpo.train.sampling import Sampler, StepRollout
 from srpo.train.setup import (
     build_reference,
     checkpointed_models,
+    enable_activation_checkpointing,
     export_policies,
     fingerprint_of,
     seed_everything,
@@ -114,10 +116,7 @@ class Trainer:
                                               resumable_fields=RESUMABLE_FIELDS)
         self.policies = policies or build_policies(cfg.model, cfg.policies, cfg.device)
         if t.activation_checkpointing:
-            for model in self.policies.models():
-                # non-reentrant: works with frozen inputs (LoRA) without enable_input_require_grads;
-                # HF applies it in train mode only, so rollouts and no-grad passes are unaffected
-                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_activation_checkpointing(self.policies)
         self.runner, self.workflow = build_rollout(cfg, policies=self.policies)
         check_training_backend(self.runner.backend)  # a quantized sampler is not the trained policy
         # the reward component evaluation counts as solved: the config's, else the task pack's
@@ -215,23 +214,10 @@ class Trainer:
             with self.progress:
                 result = self._train()
             if self.dist.is_main and self.cfg.checkpoint.report:
-                self._write_report()
+                write_report_or_say_why(self.run_dir)
         finally:
             self.release_run_dir()
         return result
-
-    def _write_report(self) -> None:
-        """RUN/report.html. A run directory the report cannot read (a file damaged after it was
-        written) does not undo a finished run: one line says why, and `srpo report RUN` retries."""
-        import sys
-
-        from srpo.train.report import ReportError, write_report
-
-        try:
-            print(f"report: {write_report(self.run_dir)}", flush=True)
-        except ReportError as e:
-            print(f"report: not written ({e}); the run itself is complete: fix the file and run "
-                  f"`srpo report {self.run_dir}`", file=sys.stderr, flush=True)
 
     def _train(self) -> TrainResult:
         cfg, t, main = self.cfg, self.cfg.train, self.dist.is_main
@@ -311,18 +297,10 @@ class Trainer:
                 # the checkpoint holds rank 0's RNG state; without this every rank would sample
                 # the same tokens (multi-process resumes are exact in weights, not in samples)
                 torch.manual_seed(cfg.seed + 1_000_003 * self.dist.rank + self.step)
-            # lines of later steps, and the final evaluation logged after this checkpoint, are redone
-            logger.resume(self.step, logged_after_checkpoint=lambda row: "loss" not in row)
-            if main:
-                episodes_log.drop_steps_after(self.run_dir, self.step)
-            self.progress.line(f"resumed from {self._resume_from} at step {self.step}")
+            self.progress.line(rewind_logs(self.run_dir, logger, self.step, self._resume_from, main=main))
             return logger, result
         if cfg.resume:  # killed before its first checkpoint: nothing to continue, start over
-            logger.resume(-1)
-            if main:
-                episodes_log.drop_steps_after(self.run_dir, 0)
-            self.progress.line(f"resume=true: {self.run_dir} has no complete checkpoint; starting from "
-                               "step 0 (the log of the interrupted run is discarded)")
+            self.progress.line(rewind_logs(self.run_dir, logger, 0, None, main=main))
         if cfg.eval.before:
             result.before = self.evaluate("before")
             if result.before:
