@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
             if names is not None and names - known:
                 raise ConfigError(f"unknown {what}(s) {sorted(names - known)} (known: {sorted(known)})")
         # every cell config must build before anything runs: a typo fails now, not hours later
-        for cell in plan_cells(spec):
+        # (one seed of each: the cells of a seed differ from another seed's only in `seed`)
+        for cell in {cell.parts: cell for cell in plan_cells(spec)}.values():
             spec.cell_config(cell.setting, cell.method, cell.seed, cell.directory(spec.output), **cell.where())
     except (ConfigError, ValueError) as e:
         print(f"study: {e}", file=sys.stderr)
