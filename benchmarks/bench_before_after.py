@@ -11,8 +11,8 @@ training with the paired test of each run, and the ratios after / before.
     .venv/bin/python benchmarks/bench_before_after.py                      # default job, vs BEFORE
     .venv/bin/python benchmarks/bench_before_after.py --before HEAD~3 --config srpo/presets/math/parallel.yaml
     # one cell of the CPU study (math-parallel, srpo, seed 0, its `common` budget), shared prefill after
-    .venv/bin/python benchmarks/bench_before_after.py --config benchmarks/studies/configs/math_parallel.yaml \
-        --out results/bench/before_after_cell.json --after rollout.share_prefill=true \
+    .venv/bin/python benchmarks/bench_before_after.py --config studies/configs/math_parallel.yaml \
+        --out results/bench/before_after_cell.json --after rollout.hf.share_prefill=true \
         train.threads=1 train.steps=5 train.lr=8.0e-4 train.tasks_per_step=4 eval.size=64 checkpoint.every=1 seed=0
 
 Run it with nothing else on the machine (two CPU-bound jobs side by side slow each other 3-7x).
@@ -87,7 +87,7 @@ def main() -> None:
     p.add_argument("--skip-before", help="a JSON written earlier by this script: reuse its 'before' side")
     p.add_argument("--after", action="append", default=[], metavar="KEY=VALUE",
                    help="an override for the after side only (a setting the before code does not know, "
-                        "e.g. rollout.share_prefill=true); repeatable")
+                        "e.g. rollout.hf.share_prefill=true); repeatable")
     p.add_argument("overrides", nargs="*")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-before-after-") as tmp:

@@ -1,4 +1,4 @@
-"""Shared prompt prefill (rollout.share_prefill) on and off, side by side in one process.
+"""Shared prompt prefill (rollout.hf.share_prefill) on and off, side by side in one process.
 
 Rolls out the same step of a config twice per repetition, alternating (off, on, off, on, ...),
 with the torch seed reset before each, so both generate from the same random stream; reports
@@ -30,7 +30,9 @@ def main() -> None:
     args = p.parse_args()
     from srpo.cli.train import DEFAULT_CONFIG
 
-    cfg = load_config(args.config or DEFAULT_CONFIG, ["rollout.share_prefill=false", *args.overrides])
+    # the hf engine (the default job's is ctranslate2, which has no shared prefill)
+    cfg = load_config(args.config or DEFAULT_CONFIG, ["rollout.backend=hf", "rollout.hf.share_prefill=false",
+                                                      *args.overrides])
     torch.set_num_threads(args.threads)
     runner, workflow = build_rollout(cfg)
     tasks = load_tasks(cfg.task, split="train", limit=cfg.train.tasks_per_step)

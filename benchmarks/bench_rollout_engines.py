@@ -49,12 +49,14 @@ from srpo.objective.diagnostics import kl_k3, masked_token_mean
 from srpo.train.forward import batch_logprobs
 
 PRESET = Path(__file__).resolve().parents[1] / "srpo" / "presets" / "default.yaml"
-MODES = {"hf": {}, "ct2-float32": {"rollout.backend": "ctranslate2"},
-         "ct2-int8": {"rollout.backend": "ctranslate2", "rollout.ct2_compute_type": "int8"}}
+# the preset's engine is ctranslate2 since the default job moved to it: each mode names its own
+MODES = {"hf": {"rollout.backend": "hf"}, "ct2-float32": {"rollout.backend": "ctranslate2"},
+         "ct2-int8": {"rollout.backend": "ctranslate2", "rollout.ctranslate2.compute_type": "int8"}}
 
 
 def overrides(mode: str, threads: int) -> list[str]:
-    return [f"{k}={v}" for k, v in MODES[mode].items()] + [f"rollout.ct2_threads={threads}"]
+    own = [f"rollout.ctranslate2.threads={threads}"] if MODES[mode]["rollout.backend"] == "ctranslate2" else []
+    return [f"{k}={v}" for k, v in MODES[mode].items()] + own
 
 
 def lora_step(policies, scale: float) -> None:

@@ -1,4 +1,5 @@
-"""From a Config to running objects: models, policies, agents, backend, runner, tasks.
+"""From a Config to running objects: models, policies, agents, backend (the engine of
+rollout.backend), runner, tasks.
 
     runner, workflow = build_rollout(cfg)            # loads the model(s)
     tasks = load_tasks(cfg.task, split="train", limit=8)   # from the task pack of task.name
@@ -14,7 +15,7 @@ import torch
 from srpo.config import Config, ConfigError, ModelConfig, PoliciesConfig, TaskConfig
 from srpo.packs import TaskPack, agent_defaults, get_pack, load_all_packs
 from srpo.rollout.agents import AgentSpec, SamplingParams
-from srpo.rollout.backends import HFGenerateBackend
+from srpo.rollout.engines import get_engine
 from srpo.rollout.policies import PolicySet
 from srpo.rollout.runner import RolloutRunner
 from srpo.types import Task
@@ -225,17 +226,9 @@ def build_workflow_from(cfg: Config, name: str | None = None) -> Workflow:
 
 
 def build_backend(cfg: Config, policies: PolicySet) -> Any:
-    """The generation backend rollout.backend selects, over these policies."""
-    r = cfg.rollout
-    if r.backend == "ctranslate2":
-        from srpo.rollout.ct2 import CTranslate2Backend  # optional: srpo[ct2]
-
-        return CTranslate2Backend(policies, compute_type=r.ct2_compute_type,
-                                  intra_threads=r.ct2_threads, max_batch_size=r.max_batch_size,
-                                  record_logprobs=r.record_logprobs)
-    return HFGenerateBackend(policies, max_batch_size=r.max_batch_size,
-                             record_logprobs=r.record_logprobs, sampler=r.sampler,
-                             share_prefill=r.share_prefill is not False)  # None: on (the schema's note)
+    """The generation backend of the engine rollout.backend names (srpo.rollout.engines), over
+    these policies, built from the config (its own section rollout.<engine>)."""
+    return get_engine(cfg.rollout.backend).build(cfg, policies)
 
 
 def build_rollout(cfg: Config, *, workflow: str | None = None,

@@ -1,43 +1,72 @@
-"""The `srpo` command line. Each family of subcommands registers itself on the parser."""
+"""The `srpo` command line: a host for families of subcommands, found like task packs.
+
+A command family is a function `add(subparsers)` that registers its subcommands on argparse's
+subparsers object, each with a `handler(args) -> exit code` default (heavy imports inside the
+handlers, so `srpo --help` stays fast). Families are found through Python entry points (group
+"srpo.commands", declared in pyproject.toml), so a package adds a subcommand the way it adds a
+task pack:
+
+    [project.entry-points."srpo.commands"]
+    mine = "my_pkg.cli:add_my_commands"      # def add_my_commands(sub): sub.add_parser("mine")...
+
+srpo's own families (`BUILTIN_COMMANDS`) are also known without their entry points (a source
+checkout on PYTHONPATH, never installed, has none) and are listed first, in their order; other
+installed families follow by name. A family that cannot be loaded, or that adds a command name
+already taken, is left out with one line on stderr naming it, so one broken package does not
+take every other command with it.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import Any
 
 from srpo import __version__
 
+ENTRY_POINT_GROUP = "srpo.commands"
+# srpo's own families, in the order `srpo --help` lists their commands, by the references
+# pyproject.toml's entry points give them (tests/rollout/test_cli_commands.py keeps them equal)
+BUILTIN_COMMANDS = {
+    "catalog": "srpo.cli.catalog:add_catalog_commands",  # methods, presets
+    "rollout": "srpo.cli.rollout:add_rollout_commands",  # rollout, workflows, packs
+    "train": "srpo.cli.train:add_train_commands",  # train, eval, plot
+    "search": "srpo.cli.search:add_search_commands",  # index
+    "report": "srpo.cli.report:add_report_commands",  # report
+}
 
-def _cmd_methods(args: argparse.Namespace) -> int:
-    from srpo.objective.methods import METHODS
-
-    header = f"{'method':<9} {'ratio/clip':<10} {'clip':<13} {'advantage (unit: groups)':<36} aggregation"
-    print(header)
-    print("-" * len(header))
-    for spec in METHODS.values():
-        ratio = spec.ratio_unit + (f"/{spec.reduction}" if spec.ratio_unit == "set" else "")
-        adv = f"{spec.advantage_unit}: {','.join(spec.group_keys)}"
-        if spec.scale_keys:
-            adv += f" (std by {','.join(spec.scale_keys)})"
-        if spec.scale == "none":
-            adv += " (no std)"
-        clip = f"{spec.clip_low:g}/{spec.clip_high:g}"
-        print(f"{spec.name:<9} {ratio:<10} {clip:<13} {adv:<36} {spec.aggregation}")
-    if args.verbose:
-        print()
-        for spec in METHODS.values():
-            print(f"{spec.name}: {spec.description}")
-    return 0
+AddCommands = Callable[[argparse._SubParsersAction], None]
 
 
-def _cmd_presets(args: argparse.Namespace) -> int:
-    from srpo.config.presets import PRESETS_DIR, preset_names
+def command_families() -> list[tuple[str, Any]]:
+    """(name, what registers it) for every family: srpo's own first (an installed entry point
+    of the same name wins over its reference here), then the other installed ones by name. What
+    registers it is an entry point (call .load()) or a "module:function" reference."""
+    eps = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    names = [*BUILTIN_COMMANDS, *sorted(set(eps) - set(BUILTIN_COMMANDS))]
+    return [(name, eps[name] if name in eps else BUILTIN_COMMANDS[name]) for name in names]
 
-    for name in preset_names():
-        first = (PRESETS_DIR / f"{name}.yaml").read_text().splitlines()[:1]
-        about = first[0].lstrip("# ").strip() if first and first[0].startswith("#") else ""
-        print(f"{name:<22} {about}")
-    return 0
+
+def _load_family(source: Any) -> AddCommands:
+    from srpo.workflows.registry import import_reference
+
+    add = import_reference(source, what="command family") if isinstance(source, str) else source.load()
+    if not callable(add):
+        raise ValueError(f"it is a {type(add).__name__}, not a function add(subparsers)")
+    return add
+
+
+def add_command_families(sub: argparse._SubParsersAction) -> None:
+    """Register every family's commands on `sub` (module doc); a broken one is left out."""
+    for name, source in command_families():
+        where = source if isinstance(source, str) else getattr(source, "value", name)
+        try:
+            _load_family(source)(sub)
+        except Exception as e:  # noqa: BLE001 - any failure of a package's code: say which, go on
+            print(f"srpo: the command family {name!r} ({where}) was left out: "
+                  f"{type(e).__name__}: {e}", file=sys.stderr)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,21 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"srpo {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("methods", help="list SRPO and the baselines as settings of the same parts")
-    p.add_argument("-v", "--verbose", action="store_true", help="also print each method's description")
-    p.set_defaults(handler=_cmd_methods)
-    p = sub.add_parser("presets", help="list the configs that ship with srpo (CONFIG may name one)")
-    p.set_defaults(handler=_cmd_presets)
-    # Each family registers its own subcommands; their heavy imports happen inside the handlers.
-    from srpo.cli.report import add_report_commands
-    from srpo.cli.rollout import add_rollout_commands
-    from srpo.cli.search import add_search_commands
-    from srpo.cli.train import add_train_commands
-
-    add_rollout_commands(sub)
-    add_train_commands(sub)
-    add_search_commands(sub)
-    add_report_commands(sub)
+    add_command_families(sub)
     return parser
 
 

@@ -126,6 +126,19 @@ def reset_settings_of_a_changed_task_pack(before: dict[str, Any], after: dict[st
             del after["task"][key]
 
 
+def reset_section_of_a_changed_engine(before: dict[str, Any], after: dict[str, Any],
+                                      overrides: Sequence[str]) -> None:
+    """An override that names another engine (`rollout.backend=hf`) drops the file's section of
+    the old one (`rollout.ctranslate2`): its settings belong to that engine, and a section of
+    an engine not selected is an error. A section given on the command line stays."""
+    keys = [o.split("=", 1)[0].strip() for o in overrides]
+    old = before["rollout"]["backend"]
+    if "rollout" in keys or after["rollout"]["backend"] == old:  # the section given whole, or no change
+        return
+    if not any(k == f"rollout.{old}" or k.startswith(f"rollout.{old}.") for k in keys):
+        after["rollout"].pop(old, None)
+
+
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = (),
                 cls: type = Config, *, check_machine: bool = True) -> Any:
     """Config from a YAML file (None = all defaults) plus `key=value` overrides.
@@ -142,6 +155,7 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = (),
         if cls is Config:
             reset_params_of_a_changed_workflow(full, edited, overrides)
             reset_settings_of_a_changed_task_pack(full, edited, overrides)
+            reset_section_of_a_changed_engine(full, edited, overrides)
         cfg = from_dict(cls, edited)
     if check_machine and isinstance(cfg, Config):
         check_environment(cfg)

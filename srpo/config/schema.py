@@ -3,6 +3,7 @@ commented. Loading YAML and overrides is srpo.config.loading; the package doc ha
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from pathlib import Path
@@ -23,6 +24,7 @@ from srpo.config.errors import ConfigError, config_error
 from srpo.objective.methods import get_method
 from srpo.packs import get_pack
 from srpo.rollout.agents import SamplingParams
+from srpo.rollout.engines import get_engine, known_engine_names
 from srpo.types import check_template
 
 
@@ -259,7 +261,7 @@ def _pack_settings(pack: Any, given: dict[str, Any]) -> dict[str, Any]:
     return {name: getattr(settings, name) for name in type(settings).model_fields}
 
 
-_WRAPPERS: dict[type, type] = {}
+_WRAPPERS: dict[Any, type] = {}  # pack settings model or (engine name, settings model) -> wrapper
 
 
 def _settings_wrapper(model: type) -> type:
@@ -271,38 +273,104 @@ def _settings_wrapper(model: type) -> type:
 
 
 class RolloutConfig(_Section):
-    """Generation engine settings."""
+    """Generation: the engine (`backend`), what every engine takes, and the engine's own section
+    `rollout.<engine>` (`rollout.hf`, `rollout.ctranslate2`: srpo.rollout.engines), checked by
+    the engine's `settings` model, unset fields taking its defaults (the section is always
+    there once loaded). A section of another engine is an error, not a setting ignored; an
+    override that selects another engine drops the file's section of the old one, as
+    `task.name=...` drops the old pack's settings (srpo.config.loading)."""
 
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    # the generation engine: "hf" (transformers generate) or "ctranslate2" (CTranslate2, optional
+    # extra srpo[ct2]; converted from the live weights, re-converted after each update), or one
+    # a package adds (srpo.rollout.engines)
+    backend: str = "hf"
     max_batch_size: int | None = None  # rows per generate call (None = all of a round)
     record_logprobs: bool = True  # keep sampling-time log-probs (mismatch diagnostic)
-    # how a sampled token is drawn: "inverse_cdf" (srpo's own, 25x faster on a 49k vocabulary)
-    # or "multinomial" (HF generate's torch.multinomial); the same distribution, other random draws
-    sampler: str = "inverse_cdf"
-    # the generation engine: "hf" (transformers generate) or "ctranslate2" (CTranslate2, optional
-    # extra srpo[ct2]; converted from the live weights, re-converted after each update)
-    backend: str = "hf"
-    # CTranslate2 weights: "float32" (the policy itself) or "int8" (quantized: a different policy,
-    # refused in training; for srpo rollout / srpo eval)
-    ct2_compute_type: str = "float32"
-    ct2_threads: int | None = None  # CTranslate2 CPU threads (None = torch's thread count)
-    # hf: prefill each distinct prompt of a generate batch once and copy its KV cache to the rows
-    # that repeat it (G rollouts of a task, debaters of one role). Same tokens and log-probs up to
-    # float rounding (docs/training.md). None (the default): on where the backend has such a step
-    # (hf), nothing elsewhere; true with another backend is an error, not a setting ignored
-    share_prefill: bool | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            for old, new in MOVED_ROLLOUT_KEYS.items():
+                if old in data:
+                    raise ConfigError(
+                        f"rollout.{old} is now rollout.{new} (each engine's settings are its own "
+                        f"section under rollout): write `rollout: {{{new.split('.')[0]}: "
+                        f"{{{new.split('.')[1]}: ...}}}}` or the override rollout.{new}=..."
+                    )
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> Self:
         if self.max_batch_size is not None:
             positive("rollout.max_batch_size", self.max_batch_size)
-        one_of("rollout.sampler", self.sampler, ("inverse_cdf", "multinomial"))
-        one_of("rollout.backend", self.backend, ("hf", "ctranslate2"))
-        one_of("rollout.ct2_compute_type", self.ct2_compute_type, ("float32", "int8"))
-        if self.ct2_threads is not None:
-            positive("rollout.ct2_threads", self.ct2_threads)
-        if self.share_prefill and self.backend != "hf":
-            raise ConfigError(f"rollout.share_prefill is a setting of the hf backend; rollout.backend is {self.backend!r}")
+        try:
+            get_engine(self.backend)
+        except ValueError as e:
+            raise ConfigError(f"rollout.backend: {e}") from e
+        given = dict(self.__pydantic_extra__ or {})
+        unknown = sorted(set(given) - set(known_engine_names()))
+        if unknown:
+            known = sorted([*type(self).model_fields, *known_engine_names()])
+            close = difflib.get_close_matches(unknown[0], known, n=1)
+            hint = f"did you mean 'rollout.{close[0]}'? " if close else ""
+            raise ConfigError(f"unknown key(s) {['rollout.' + k for k in unknown]}; {hint}known keys "
+                              f"of rollout (its own and the engines' sections): {known}")
+        other = sorted(set(given) - {self.backend})
+        if other:
+            raise ConfigError(
+                f"rollout.{other[0]} holds settings of the engine {other[0]!r}, but rollout.backend "
+                f"is {self.backend!r}: remove the section or select that engine"
+            )
+        given.setdefault(self.backend, {})
+        self.__pydantic_extra__ = {self.backend: _engine_settings(get_engine(self.backend),
+                                                                  given[self.backend])}
         return self
+
+    def settings_of(self, engine: str) -> Any:
+        """The settings of `engine`, the one rollout.backend selects: its section
+        `rollout.<engine>` (an instance of its settings model, defaults filled in)."""
+        extra = self.__pydantic_extra__ or {}
+        if engine not in extra:
+            raise KeyError(f"rollout.{engine}: no such section (rollout.backend is {self.backend!r})")
+        return extra[engine]
+
+
+# keys of rollout that are now a field of an engine's section
+MOVED_ROLLOUT_KEYS = {
+    "sampler": "hf.sampler",
+    "share_prefill": "hf.share_prefill",
+    "ct2_compute_type": "ctranslate2.compute_type",
+    "ct2_threads": "ctranslate2.threads",
+}
+
+
+def _engine_settings(engine: Any, section: Any) -> Any:
+    """An engine's section validated by its settings model (an error names rollout.<engine>.<key>)."""
+    if isinstance(section, BaseModel):
+        section = section.model_dump()
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"rollout.{engine.name} must be a mapping (the settings of engine "
+                          f"{engine.name!r}), got {section!r}")
+    wrapper = _engine_wrapper(engine)
+    try:
+        return getattr(wrapper.model_validate({"rollout": {engine.name: dict(section)}}).rollout,
+                       engine.name)
+    except ValidationError as e:
+        raise config_error(wrapper, e) from e
+
+
+def _engine_wrapper(engine: Any) -> type:
+    """A model `{rollout: {<engine>: settings}}`: its errors name `rollout.<engine>.<key>`."""
+    key = (engine.name, engine.settings)
+    if key not in _WRAPPERS:
+        inner = create_model(f"RolloutOf{engine.settings.__name__}", __base__=_Section,
+                             **{engine.name: (engine.settings, ...)})
+        _WRAPPERS[key] = create_model(f"EngineSettingsOf{engine.settings.__name__}",
+                                      __base__=_Section, rollout=(inner, ...))
+    return _WRAPPERS[key]
 
 
 class TrainConfig(_Section):

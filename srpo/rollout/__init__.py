@@ -1,5 +1,6 @@
 """Rollouts: agents (roles), policies, generation backends and the runner that drives many
 multi-agent episodes at once, batching generation per policy across episodes and roles.
+The backends a config selects (`rollout.backend`) are engines: srpo.rollout.engines.
 
     from srpo.rollout import AgentSpec, PolicySet, HFGenerateBackend, RolloutRunner
     policies = PolicySet.shared(model, tokenizer)
@@ -9,16 +10,11 @@ multi-agent episodes at once, batching generation per policy across episodes and
 """
 
 from srpo.rollout.agents import AgentSpec, SamplingParams
-from srpo.rollout.backends import (
-    BackendStats,
-    Generation,
-    GenerationBackend,
-    GenerationRequest,
-    HFGenerateBackend,
-    ScriptedBackend,
-)
+from srpo.rollout.backends import BackendStats, Generation, GenerationBackend, GenerationRequest
+from srpo.rollout.engines.hf import HFGenerateBackend
 from srpo.rollout.policies import Policy, PolicySet
 from srpo.rollout.runner import RolloutResult, RolloutRunner, rollout_metrics
+from srpo.rollout.scripted import ScriptedBackend
 
 __all__ = [
     "AgentSpec",

@@ -1,4 +1,4 @@
-"""Shared prompt prefill (HFGenerateBackend(share_prefill=True)): G rollouts of one prompt get
+"""Shared prompt prefill (HFGenerateBackend(share_prefill=True), rollout.hf.share_prefill): G rollouts of one prompt get
 the KV cache of one prefill. It must generate what the unshared backend generates: the same
 tokens (greedy, and sampled from the same random stream) and the same sampling log-probs."""
 
@@ -10,7 +10,7 @@ from rollout_helpers import backend_requests, reference_logprobs, tiny, tok  # n
 
 from srpo.models import build_tiny_model
 from srpo.rollout import HFGenerateBackend, PolicySet, SamplingParams
-from srpo.rollout.backends import prefill_shared_prompts
+from srpo.rollout.engines.hf import prefill_shared_prompts
 
 # repeated prompts of different lengths (left padding differs per row), a 1-token prompt and
 # one that occurs once
@@ -120,15 +120,22 @@ def test_the_setting_reaches_the_hf_backend_and_is_refused_elsewhere():
     smoke = Path(__file__).resolve().parents[2] / "srpo" / "presets" / "smoke.yaml"
     model, tokenizer = build_tiny_model(seed=0)
     policies = PolicySet.shared(model, tokenizer)
-    assert load_config(smoke).rollout.share_prefill is None  # the default: on where the backend can
+    assert load_config(smoke).rollout.hf.share_prefill is True  # the default: on (the hf engine's)
     assert build_backend(load_config(smoke), policies).share_prefill is True
-    assert build_backend(load_config(smoke, ["rollout.share_prefill=false"]), policies).share_prefill is False
-    assert build_backend(load_config(smoke, ["rollout.share_prefill=true"]), policies).share_prefill is True
-    with pytest.raises(ConfigError, match="rollout.share_prefill is a setting of the hf backend"):
-        load_config(smoke, ["rollout.share_prefill=true", "rollout.backend=ctranslate2"])
-    # the default and an explicit false are both fine with ctranslate2 (it has no shared prefill),
-    # and a resolved config written by a run loads again (a run's config.yaml, resume)
-    for extra in ([], ["rollout.share_prefill=false"]):
-        cfg = load_config(smoke, ["rollout.backend=ctranslate2", *extra])
+    assert build_backend(load_config(smoke, ["rollout.hf.share_prefill=false"]), policies).share_prefill is False
+    assert build_backend(load_config(smoke, ["rollout.hf.share_prefill=true"]), policies).share_prefill is True
+    # a setting of the hf engine with another engine selected is an error, not a setting ignored
+    for value in ("true", "false"):
+        with pytest.raises(ConfigError, match="rollout.hf holds settings of the engine 'hf', but "
+                                              "rollout.backend is 'ctranslate2'"):
+            load_config(smoke, [f"rollout.hf.share_prefill={value}", "rollout.backend=ctranslate2"])
+    # the old key names its new place
+    with pytest.raises(ConfigError, match=r"rollout\.share_prefill is now rollout\.hf\.share_prefill"):
+        load_config(smoke, ["rollout.share_prefill=true"])
+    # switching to ctranslate2 (which has no shared prefill) drops the hf section, and a resolved
+    # config written by a run loads again (a run's config.yaml, resume)
+    for extra in ([], ["rollout.max_batch_size=4"]):
+        cfg = load_config(smoke, [*extra, "rollout.backend=ctranslate2"])
+        assert "hf" not in to_dict(cfg)["rollout"]
         again = from_dict(Config, to_dict(cfg))
-        assert again.rollout.share_prefill == cfg.rollout.share_prefill
+        assert again == cfg and to_dict(again) == to_dict(cfg)

@@ -18,7 +18,7 @@ from srpo.rollout.backends import GenerationRequest
 
 ct2 = pytest.importorskip("ctranslate2")
 
-from srpo.rollout.ct2 import CTranslate2Backend, processed_logprobs
+from srpo.rollout.engines.ctranslate2 import CTranslate2Backend, processed_logprobs
 from srpo.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,8 +33,8 @@ def _train_lines(run: Path) -> list[dict]:
 
 
 def test_config_selects_the_backend_and_refuses_bad_values():
-    cfg = load_config(SMOKE, ["rollout.backend=ctranslate2", "rollout.ct2_compute_type=int8",
-                              "rollout.ct2_threads=1", "rollout.max_batch_size=4"])
+    cfg = load_config(SMOKE, ["rollout.backend=ctranslate2", "rollout.ctranslate2.compute_type=int8",
+                              "rollout.ctranslate2.threads=1", "rollout.max_batch_size=4"])
     runner, _ = build_rollout(cfg)
     backend = runner.backend
     assert isinstance(backend, CTranslate2Backend)
@@ -42,15 +42,21 @@ def test_config_selects_the_backend_and_refuses_bad_values():
     assert isinstance(build_rollout(load_config(SMOKE))[0].backend, HFGenerateBackend)  # default
     with pytest.raises(ConfigError, match="rollout.backend"):
         load_config(SMOKE, ["rollout.backend=vllm"])
-    with pytest.raises(ConfigError, match="rollout.ct2_compute_type"):
-        load_config(SMOKE, ["rollout.ct2_compute_type=int4"])
-    with pytest.raises(ConfigError, match="rollout.ct2_threads"):
-        load_config(SMOKE, ["rollout.ct2_threads=0"])
+    ct2_cfg = ["rollout.backend=ctranslate2"]
+    with pytest.raises(ConfigError, match="rollout.ctranslate2.compute_type"):
+        load_config(SMOKE, [*ct2_cfg, "rollout.ctranslate2.compute_type=int4"])
+    with pytest.raises(ConfigError, match="rollout.ctranslate2.threads"):
+        load_config(SMOKE, [*ct2_cfg, "rollout.ctranslate2.threads=0"])
+    # the flat keys of before name their new place
+    with pytest.raises(ConfigError, match=r"rollout\.ct2_compute_type is now rollout\.ctranslate2\.compute_type"):
+        load_config(SMOKE, [*ct2_cfg, "rollout.ct2_compute_type=int8"])
+    with pytest.raises(ConfigError, match=r"rollout\.ct2_threads is now rollout\.ctranslate2\.threads"):
+        load_config(SMOKE, [*ct2_cfg, "rollout.ct2_threads=1"])
 
 
 def test_training_refuses_int8_sampling(tmp_path):
     cfg = load_config(SMOKE, [f"output_dir={tmp_path / 'run'}", "rollout.backend=ctranslate2",
-                              "rollout.ct2_compute_type=int8", *QUIET])
+                              "rollout.ctranslate2.compute_type=int8", *QUIET])
     with pytest.raises(ValueError, match="int8.*not the policy being trained"):
         Trainer(cfg)
     assert not (tmp_path / "run").exists()  # refused before any work
@@ -74,7 +80,7 @@ def test_training_on_ctranslate2_syncs_every_step_and_matches_the_trained_policy
     (plus the evaluations'), and the sampler's log-probs are the trainer's (mismatch ~0)."""
     run = tmp_path / "run"
     cfg = load_config(SMOKE, [f"output_dir={run}", "rollout.backend=ctranslate2", "train.steps=3",
-                              "eval.size=4", "rollout.ct2_threads=1", *QUIET])
+                              "eval.size=4", "rollout.ctranslate2.threads=1", *QUIET])
     trainer = Trainer(cfg)
     result = trainer.train()
     assert result.steps_done == 3
@@ -96,7 +102,7 @@ def test_training_on_ctranslate2_syncs_every_step_and_matches_the_trained_policy
 
 def test_resume_on_ctranslate2_equals_the_uninterrupted_run(tmp_path):
     common = [*QUIET, "eval.size=0", "checkpoint.every=2", "rollout.backend=ctranslate2",
-              "rollout.ct2_threads=1"]
+              "rollout.ctranslate2.threads=1"]
     full, part = tmp_path / "full", tmp_path / "part"
     Trainer(load_config(SMOKE, [f"output_dir={full}", "train.steps=4", *common])).train()
     Trainer(load_config(SMOKE, [f"output_dir={part}", "train.steps=2", *common])).train()

@@ -256,12 +256,12 @@ def test_a_model_folders_repetition_penalty_does_not_change_what_is_sampled(tiny
 def test_the_inverse_cdf_sampler_draws_from_softmax_of_the_scores():
     """The backend draws tokens itself (HF's torch.multinomial cost 21% of a rollout): the draws
     follow softmax(scores), and a token cut to -inf (top-k / top-p) is never drawn."""
-    from srpo.rollout.backends import _InverseCdfSampler
+    from srpo.rollout.engines.hf.processors import InverseCdfSampler
 
     torch.manual_seed(0)
     probs = torch.tensor([0.5, 0.3, 0.15, 0.05, 0.0])
     scores = probs.log().expand(20_000, 5).contiguous()  # 20,000 independent rows, one draw each
-    forced = _InverseCdfSampler()(torch.zeros(20_000, 1, dtype=torch.long), scores)
+    forced = InverseCdfSampler()(torch.zeros(20_000, 1, dtype=torch.long), scores)
     assert bool(((forced == 0).sum(dim=-1) == 1).all())  # exactly one allowed token a row
     counts = torch.bincount(forced.argmax(dim=-1), minlength=5).double() / 20_000
     # binomial std at p = 0.5 and n = 20,000 is 0.0035: 4 std
