@@ -21,6 +21,7 @@ import dataclasses
 import importlib
 import importlib.util
 import inspect
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -96,19 +97,15 @@ def _params_of(factory: Factory) -> list[str] | None:
 
 def import_reference(ref: str, *, what: str) -> Any:
     """"package.module:Name" or "path/to/file.py:Name" -> the object named (a file is executed
-    as a module of its own). ValueError naming `what` and `ref` when it cannot be imported.
-    Used for user workflows here and for user task packs (srpo.packs)."""
+    as a module of its own, `_exec_file`). ValueError naming `what` and `ref` when it cannot be
+    imported. Used for user workflows here and for user task packs (srpo.packs)."""
     module_ref, _, attr = ref.rpartition(":")
     try:
         if module_ref.endswith(".py"):
             path = Path(module_ref)
             if not path.is_file():
                 raise FileNotFoundError(f"no such file {module_ref!r}")
-            name = f"srpo_user_{what.replace(' ', '_')}_{path.stem}"
-            spec = importlib.util.spec_from_file_location(name, path)
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
+            module = _exec_file(path, f"srpo_user_{what.replace(' ', '_')}_{path.stem}")
         else:
             module = importlib.import_module(module_ref)
     except (ImportError, FileNotFoundError) as e:
@@ -116,6 +113,34 @@ def import_reference(ref: str, *, what: str) -> Any:
     if not hasattr(module, attr):
         raise ValueError(f"{what} {ref!r}: {module_ref!r} has no attribute {attr!r}")
     return getattr(module, attr)
+
+
+def _exec_file(path: Path, name: str) -> Any:
+    """Execute a user's .py file as the module `name`, with its folder first on sys.path while it
+    runs, so that it can `import helper` from a helper.py beside it, as `python file.py` could.
+
+    Why this way: a user's pack or workflow file is a script, not part of a package, and is
+    written to be run from its folder; loading it as a submodule of a package named after its
+    folder would take only `from . import helper`, which such a file does not say. The folder is
+    on sys.path only while the file executes (the entry is removed after, also on an error), so
+    it does not shadow modules for the rest of the process. What the file imports while it runs
+    stays imported (in sys.modules under its plain name, e.g. `helper`), so its functions can use
+    those modules later; a module first imported inside a function, after loading, is not found
+    there (import it at the top of the file). Two user files that each import a different
+    module of the same name get the one imported first, as in any Python process."""
+    folder = str(path.resolve().parent)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        try:
+            sys.path.remove(folder)  # the first entry equal to it: ours, unless the file added one
+        except ValueError:  # the file removed it itself
+            pass
+    return module
 
 
 def _import_factory(ref: str) -> Factory:
