@@ -48,6 +48,7 @@ from srpo.config.loading import (
     set_dotted,
     to_dict,
 )
+from srpo.config.paths import InputPath
 from srpo.config.schema import (
     GENERIC_TASK_KEYS,
     AgentConfig,
@@ -72,6 +73,7 @@ from srpo.config.schema import (
 
 __all__ = [
     "GENERIC_TASK_KEYS", "AgentConfig", "CheckpointConfig", "Config", "ConfigError", "EvalConfig",
+    "InputPath",
     "Float", "List", "LoraSection", "ModelConfig", "PoliciesConfig", "RolloutConfig",
     "SamplingConfig", "TaskConfig", "TaskSettings", "TrainConfig", "WorkflowConfig",
     "apply_overrides", "check_environment", "check_file_name", "from_dict", "load_config",

@@ -1,5 +1,7 @@
-"""Loading a config: a YAML file plus `key=value` overrides, validated by the schema once; and
-the checks of what a config needs of this machine (check_environment)."""
+"""Loading a config: a YAML file plus `key=value` overrides, validated by the schema once; the
+rule for relative paths of files srpo reads (written in a config file: from that file's folder;
+typed as an override: from the working directory; output_dir: always the working directory; see
+"file paths" below); and the checks of what a config needs of this machine (check_environment)."""
 
 from __future__ import annotations
 
@@ -15,9 +17,11 @@ from typing import Any, Union
 from pydantic import BaseModel, ValidationError
 
 from srpo.config.errors import ConfigError, _declared, _is_section, config_error
+from srpo.config.paths import ReadsPath
 from srpo.config.presets import resolve_config_path
-from srpo.config.schema import GENERIC_TASK_KEYS, Config
+from srpo.config.schema import GENERIC_TASK_KEYS, Config, TaskConfig
 from srpo.config.yaml_reader import load_yaml, read_config_text
+from srpo.packs import get_pack
 
 
 def from_dict(cls: type[BaseModel], data: Mapping[str, Any]) -> Any:
@@ -139,19 +143,122 @@ def reset_section_of_a_changed_engine(before: dict[str, Any], after: dict[str, A
         after["rollout"].pop(old, None)
 
 
+# --------------------------------------------------------------------------- file paths
+#
+# The rule for values that name a file or folder srpo reads (fields marked with
+# srpo.config.paths.ReadsPath: model.name, workflow.name and task.name when they name a .py
+# file, a pack's data files such as task.path or task.search.corpus_path / questions_path /
+# index_dir). Written here once:
+#
+#   * a relative path written in a config file is read from that file's folder (a config and
+#     the files beside it move together); one that names nothing there is a ConfigError naming
+#     the key, the value and the folder;
+#   * a relative path typed as an override (`key=value`) is read from the working directory,
+#     where it was typed; one that names nothing there is kept as typed, so the error of what
+#     reads it quotes what was typed;
+#   * an absolute path is kept, and not checked here (a preset's /path/to/... placeholders);
+#   * the config object holds the resolved, absolute paths, so the config.yaml a run saves
+#     names the same files from any directory (`srpo eval RUN`, a resume from elsewhere);
+#   * output_dir is not such a value: it is where the run writes, relative to the working
+#     directory, and stays as written.
+#
+# Presets are config files too, read from srpo/presets/; none names a relative input path
+# (tests/train/test_config_paths.py keeps it so), so they load the same from any directory.
+
+
+def _reads_path(field: Any) -> ReadsPath | None:
+    """The ReadsPath marker of a pydantic field (on the field, or inside its Optional)."""
+    for item in field.metadata:
+        if isinstance(item, ReadsPath):
+            return item
+    for arg in typing.get_args(field.annotation):
+        if typing.get_origin(arg) is typing.Annotated:
+            return next((m for m in arg.__metadata__ if isinstance(m, ReadsPath)), None)
+    return None
+
+
+def _path_values(data: dict[str, Any], cls: Any, prefix: str = ""):
+    """(mapping, key, dotted key, marker) of every marked string value in `data`, a mapping of
+    section `cls` (nested sections and mappings of sections included; the task section's pack
+    settings by the pack that `task.name` names, looked up after that value was visited, so a
+    caller that resolves it as it goes finds the pack file meant)."""
+    for name, field in cls.model_fields.items():
+        value = data.get(name)
+        marker = _reads_path(field)
+        if marker is not None and isinstance(value, str):
+            yield data, name, prefix + name, marker
+        elif isinstance(value, dict):
+            tp = _declared(field.annotation)
+            if _is_section(tp):
+                yield from _path_values(value, tp, f"{prefix}{name}.")
+            elif typing.get_origin(tp) is dict and _is_section(_declared(typing.get_args(tp)[1])):
+                for key, item in value.items():
+                    if isinstance(item, dict):
+                        yield from _path_values(item, _declared(typing.get_args(tp)[1]),
+                                                f"{prefix}{name}.{key}.")
+    if cls is TaskConfig:
+        try:
+            settings = get_pack(data.get("name", TaskConfig.model_fields["name"].default)).settings
+        except ValueError:  # an unknown pack: validation says so, naming task.name
+            return
+        if settings is not None:
+            yield from _path_values(data, settings, prefix)
+
+
+def resolve_file_paths(data: dict[str, Any], cls: Any, folder: Path, where: str) -> None:
+    """In place: each relative path written in the config file `where` (a mapping of `cls`)
+    becomes the absolute path under the file's `folder`; ConfigError naming the key, the value
+    and the folder when nothing is there (the rule above)."""
+    for mapping, key, dotted, marker in _path_values(data, cls):  # lazily: task.name first
+        parts = marker.split(mapping[key])
+        if parts is None or Path(parts[0]).is_absolute():
+            continue
+        target = (folder / parts[0]).resolve()
+        if not marker.is_target(target):
+            here = Path(parts[0]).resolve()
+            hint = (f"; {here} (from the working directory) is one: give a path relative to "
+                    f"the working directory on the command line ({dotted}=...), or write it "
+                    f"absolute" if marker.is_target(here) else "")
+            raise ConfigError(f"{dotted} {mapping[key]!r} in {where}: there is no {marker.what} "
+                              f"at {target} (a relative path in a config file is read from that "
+                              f"file's folder, {folder}){hint}")
+        mapping[key] = str(target) + parts[1]
+
+
+def resolve_typed_paths(data: dict[str, Any], cls: Any) -> None:
+    """In place: each relative path that names its target from the working directory (the
+    values typed as overrides; those of the file are absolute by now) becomes absolute; one
+    that names nothing is kept as typed (the rule above)."""
+    for mapping, key, _, marker in _path_values(data, cls):
+        parts = marker.split(mapping[key])
+        if parts is None or Path(parts[0]).is_absolute():
+            continue
+        target = Path(parts[0]).resolve()
+        if marker.is_target(target):
+            mapping[key] = str(target) + parts[1]
+
+
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = (),
                 cls: type = Config, *, check_machine: bool = True) -> Any:
     """Config from a YAML file (None = all defaults) plus `key=value` overrides.
 
-    check_machine: also check_environment (CUDA for a cuda device, a writable output_dir);
-    False for a caller that uses neither (e.g. one that only builds workflows and rewards).
+    Paths of files srpo reads resolve by the rule above: those written in the file from the
+    file's folder, those typed as overrides from the working directory; the config holds them
+    absolute. check_machine: also check_environment (CUDA for a cuda device, a writable
+    output_dir); False for a caller that uses neither (e.g. one that only builds workflows and
+    rewards).
     """
-    data = read_config_file(resolve_config_path(path)) if path is not None else {}
+    data = {}
+    if path is not None:
+        file = resolve_config_path(path)
+        data = read_config_file(file)
+        resolve_file_paths(data, cls, file.resolve().parent, f"config file {str(file)!r}")
     cfg = from_dict(cls, data)
     if overrides:
         # Overrides edit the complete config (defaults included), then everything is re-validated.
         full = to_dict(cfg)
         edited = apply_overrides(copy.deepcopy(full), overrides, cls)
+        resolve_typed_paths(edited, cls)
         if cls is Config:
             reset_params_of_a_changed_workflow(full, edited, overrides)
             reset_settings_of_a_changed_task_pack(full, edited, overrides)

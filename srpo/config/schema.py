@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from srpo.config.errors import ConfigError, config_error
+from srpo.config.paths import FileReference, ModelPath
 from srpo.objective.methods import get_method
 from srpo.packs import get_pack
 from srpo.rollout.agents import SamplingParams
@@ -82,7 +83,7 @@ class _Section(BaseModel):
 class ModelConfig(_Section):
     """Which model every policy starts from."""
 
-    name: str = "tiny"  # "tiny" (random, built in code) | "smollm2" | path to an HF model folder
+    name: ModelPath = "tiny"  # "tiny" (random, built in code) | "smollm2" | path to an HF model folder
     arch: str = "llama"  # tiny only: "llama" | "qwen2"
     tokenizer: str = "bytes"  # tiny only: "bytes" (259-token, built in code) | "smollm2"
     hidden_size: int = 64  # tiny only: hidden width (multiple of 32)
@@ -188,7 +189,7 @@ class AgentConfig(_Section):
 class WorkflowConfig(_Section):
     """Which workflow runs (see `srpo workflows`) and its parameters."""
 
-    name: str = "single"  # a registered workflow name, or "file.py:Class" / "package.module:Class"
+    name: FileReference = "single"  # a registered workflow name, or "file.py:Class" / "package.module:Class"
     params: dict[str, Any] = Field(default_factory=dict)  # keyword arguments of its factory
 
     @field_validator("name")
@@ -219,7 +220,7 @@ class TaskConfig(_Section):
 
     model_config = ConfigDict(extra="allow", strict=True)
 
-    name: str = "math"  # the task pack: "math" | "search" | "testbed" (`srpo packs`) | "file.py:NAME"
+    name: FileReference = "math"  # the task pack: "math" | "search" | "testbed" (`srpo packs`) | "file.py:NAME"
     train_size: int = 500  # tasks in the train split
     heldout_size: int = 200  # tasks in the held-out split (disjoint from train)
     seed: int = 0  # generation seed of the splits

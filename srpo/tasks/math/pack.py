@@ -9,7 +9,7 @@ from typing import Any, Self
 
 from pydantic import Field, model_validator
 
-from srpo.config import ConfigError, Float, TaskSettings, one_of
+from srpo.config import ConfigError, Float, InputPath, TaskSettings, one_of
 from srpo.packs import TaskPack
 from srpo.types import Task
 
@@ -35,7 +35,7 @@ class MathSettings(TaskSettings):
     source: str = "reasoning_gym"  # "reasoning_gym" | "gsm8k" | "math500"
     dataset: str = "basic_arithmetic"  # reasoning_gym: the dataset name
     difficulty: dict[str, Any] = Field(default_factory=dict)  # reasoning_gym: its config knobs
-    path: str | None = None  # gsm8k / math500: a local .jsonl or .parquet file
+    path: InputPath | None = None  # gsm8k / math500: a local .jsonl or .parquet file
     reward: RewardSettings = Field(default_factory=RewardSettings)  # the outcome reward
 
     @model_validator(mode="after")

@@ -13,7 +13,7 @@ from typing import Any, Self
 
 from pydantic import Field, model_validator
 
-from srpo.config import ConfigError, Float, List, TaskSettings, one_of, positive
+from srpo.config import ConfigError, Float, InputPath, List, TaskSettings, one_of, positive
 from srpo.packs import TaskPack
 from srpo.tasks.search.env import parse_turn
 from srpo.tasks.search.workflows import SEARCH_WORKFLOWS
@@ -28,10 +28,10 @@ class SearchSection(TaskSettings):
     corpus: str = "world"  # "world" (generated fictional entities, synthetic) | "wiki" | "jsonl"
     world: dict[str, Any] = Field(default_factory=dict)  # world: generate_world keyword args
     hops: List[int] = Field(default_factory=lambda: [1, 2, 3])  # world: question hop counts
-    corpus_path: str | None = None  # jsonl: documents, one {"id", "title", "text"} a line
-    questions_path: str | None = None  # jsonl: questions file (JSONL / JSON array / Parquet)
+    corpus_path: InputPath | None = None  # jsonl: documents, one {"id", "title", "text"} a line
+    questions_path: InputPath | None = None  # jsonl: questions file (JSONL / JSON array / Parquet)
     questions_format: str = "nq"  # jsonl: "nq" | "hotpotqa" | "2wiki" | "musique" (its loader)
-    index_dir: str | None = None  # a prebuilt index (`srpo index`); None = build in memory
+    index_dir: InputPath | None = None  # a prebuilt index (`srpo index`); None = build in memory
     retriever: str = "bm25"  # "bm25" | "dense" (MiniLM + faiss) | "fused" (RRF of both)
     top_k: int = 3  # passages per query
     max_calls_per_turn: int = 1  # searches run per generation (the rest get a note)
