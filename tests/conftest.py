@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import random
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from srpo.objective.methods import prepare_step, with_step_weights
 from srpo.types import ActiveSet, Episode, Member, Task
+
+# The studies' own analyses live outside the package, in studies/<name>/ at the repository root;
+# tests/studies imports them as `studies.<name>.<module>`, so the root goes on sys.path (here:
+# a second conftest.py in tests/studies would shadow this module's helpers for `from conftest import`).
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 
 def prepare_full_step(spec, batch, old, totals=None):
