@@ -18,6 +18,19 @@ from srpo.models import build_tiny_model
 from srpo.train.trainer import Trainer
 from srpo.workflows.base import RewardFailure
 
+
+@pytest.fixture(autouse=True)
+def workflows_registered_here_stay_here():
+    """SRPOTrainer registers a workflow class or instance process-wide (as a user's script
+    wants); a test's registrations must not reach later tests that list the workflows."""
+    from srpo.workflows import registry
+
+    before = dict(registry._REGISTRY)
+    yield
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(before)
+
+
 DOC = Path(__file__).resolve().parents[2] / "docs" / "python-api.md"
 QUIET = {"checkpoint.plots": False, "checkpoint.tensorboard": False, "checkpoint.report": False}
 ROWS = [{"prompt": f"What is {i} + 1?", "answer": str(i + 1), "level": i % 3} for i in range(8)]
