@@ -26,6 +26,19 @@ def prepare_full_step(spec, batch, old, totals=None):
     return with_step_weights(spec, filled, totals=totals), metrics
 
 
+@pytest.fixture
+def workflows_registered_here_stay_here():
+    """Undoes a test's workflow registrations (SRPOTrainer registers a workflow class or
+    instance process-wide, as a user's script wants), so later tests that list the workflows
+    see only what was registered before it."""
+    from srpo.workflows import registry
+
+    before = dict(registry._REGISTRY)
+    yield
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(before)
+
+
 def make_episodes(
     num_tasks: int = 3,
     group_size: int = 4,

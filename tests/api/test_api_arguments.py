@@ -15,17 +15,8 @@ from srpo.models import build_tiny_model
 from srpo.packs import get_pack
 from srpo.workflows.base import Request
 
-
-@pytest.fixture(autouse=True)
-def workflows_registered_here_stay_here():
-    """SRPOTrainer registers a workflow class or instance process-wide (as a user's script
-    wants); a test's registrations must not reach later tests that list the workflows."""
-    from srpo.workflows import registry
-
-    before = dict(registry._REGISTRY)
-    yield
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(before)
+# SRPOTrainer registers workflows process-wide: undo this file's registrations (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("workflows_registered_here_stay_here")
 
 
 ROWS = [{"prompt": f"What is {i} + 1?", "answer": str(i + 1), "level": i % 3} for i in range(8)]

@@ -10,17 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-
-@pytest.fixture(autouse=True)
-def workflows_registered_here_stay_here():
-    """SRPOTrainer registers a workflow class or instance process-wide (as a user's script
-    wants); a test's registrations must not reach later tests that list the workflows."""
-    from srpo.workflows import registry
-
-    before = dict(registry._REGISTRY)
-    yield
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(before)
+# SRPOTrainer registers workflows process-wide: undo this file's registrations (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("workflows_registered_here_stay_here")
 
 
 README = Path(__file__).resolve().parents[2] / "README.md"
