@@ -96,6 +96,16 @@ def check_training_backend(backend: Any) -> None:
         raise ValueError(why)
 
 
+def check_backend_args(backend: str, policies: Any, max_batch_size: int | None) -> None:
+    """What every backend's constructor checks: a positive max_batch_size (or None) and a model
+    for every policy (`backend` names the class in the error)."""
+    if max_batch_size is not None and max_batch_size < 1:
+        raise ValueError(f"max_batch_size must be >= 1 or None, got {max_batch_size}")
+    for name in policies.names:
+        if policies[name].model is None:
+            raise ValueError(f"{backend}: policy {name!r} has no model")
+
+
 def check_requests(policy: str, requests: Sequence[GenerationRequest]) -> None:
     """Every request names `policy` (the runner sends one policy's requests per call)."""
     for r in requests:

@@ -57,6 +57,7 @@ from srpo.rollout.backends import (
     BackendStats,
     Generation,
     GenerationRequest,
+    check_backend_args,
     check_requests,
     finish_tokens,
 )
@@ -125,11 +126,7 @@ class CTranslate2Backend:
         import_ctranslate2()
         if compute_type not in COMPUTE_TYPES:
             raise ValueError(f"compute_type must be one of {list(COMPUTE_TYPES)}, got {compute_type!r}")
-        if max_batch_size is not None and max_batch_size < 1:
-            raise ValueError(f"max_batch_size must be >= 1 or None, got {max_batch_size}")
-        for name in policies.names:
-            if policies[name].model is None:
-                raise ValueError(f"CTranslate2Backend: policy {name!r} has no model")
+        check_backend_args("CTranslate2Backend", policies, max_batch_size)
         self.policies = policies
         self.compute_type = compute_type
         self.intra_threads = intra_threads

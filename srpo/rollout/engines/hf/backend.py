@@ -22,6 +22,7 @@ from srpo.rollout.backends import (
     BackendStats,
     Generation,
     GenerationRequest,
+    check_backend_args,
     check_requests,
     finish_tokens,
 )
@@ -66,11 +67,7 @@ class HFGenerateBackend:
         sampler: str = "inverse_cdf",
         share_prefill: bool = False,
     ):
-        if max_batch_size is not None and max_batch_size < 1:
-            raise ValueError(f"max_batch_size must be >= 1 or None, got {max_batch_size}")
-        for name in policies.names:
-            if policies[name].model is None:
-                raise ValueError(f"HFGenerateBackend: policy {name!r} has no model")
+        check_backend_args("HFGenerateBackend", policies, max_batch_size)
         self.policies = policies
         self.max_batch_size = max_batch_size
         self.record_logprobs = record_logprobs
