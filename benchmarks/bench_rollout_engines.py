@@ -1,4 +1,5 @@
-"""Rollout engines side by side: HF generate vs CTranslate2 (float32, int8) on the default job.
+"""Rollout engines and precisions side by side: HF generate (float32, bfloat16, bfloat16 with
+LoRA merged) vs CTranslate2 (float32, int8) on the default job.
 
 The default job's rollout (srpo/presets/default.yaml: SmolLM2-135M-Instruct + LoRA r16, debate
 of 3 debaters, group 4, 6 tasks, 24 new tokens, temperature 1) through each backend, in one
@@ -17,7 +18,13 @@ process, over the same PolicySet, alternating backends run by run after a warm-u
      eval seconds, held-out accuracy before / after (greedy, so "before" must agree);
   5. with --parts eval: the greedy held-out evaluation (--eval-size problems) of the same weights
      through each backend: accuracy, seconds, agreement with the first mode per problem and
-     token for token.
+     token for token;
+  6. with --parts update: the update's forward + backward (the trainer's batch_logprobs and a
+     loss on every token) over one rollout batch of the default job, per precision (float32,
+     bfloat16), median seconds of --repeats, and the LoRA gradients' relative L2 distance.
+
+Each precision has its own PolicySet (a bf16 run stores the LoRA base in bf16), with the same
+LoRA noise (seeded), so the modes sample from the same policy up to rounding.
 
 Before parts 1-3 and 5, every LoRA weight gets small random noise (std --lora-noise), so the
 merged weights differ from the base weights as they do after some training.
@@ -50,8 +57,24 @@ from srpo.train.forward import batch_logprobs
 
 PRESET = Path(__file__).resolve().parents[1] / "srpo" / "presets" / "default.yaml"
 # the preset's engine is ctranslate2 since the default job moved to it: each mode names its own
-MODES = {"hf": {"rollout.backend": "hf"}, "ct2-float32": {"rollout.backend": "ctranslate2"},
-         "ct2-int8": {"rollout.backend": "ctranslate2", "rollout.ctranslate2.compute_type": "int8"}}
+MODES = {"hf": {"rollout.backend": "hf", "model.dtype": "float32"},
+         "hf-bf16": {"rollout.backend": "hf", "model.dtype": "bfloat16"},
+         "hf-bf16-merged": {"rollout.backend": "hf", "model.dtype": "bfloat16", "rollout.hf.merge_lora": "true"},
+         "hf-merged": {"rollout.backend": "hf", "model.dtype": "float32", "rollout.hf.merge_lora": "true"},
+         "ct2-float32": {"rollout.backend": "ctranslate2", "model.dtype": "float32"},
+         "ct2-int8": {"rollout.backend": "ctranslate2", "rollout.ctranslate2.compute_type": "int8",
+                      "model.dtype": "float32"}}
+
+
+def policies_of(dtype: str, threads: int, noise: float, cache: dict):
+    """One PolicySet per precision, each with the same LoRA weights (seeded init and noise)."""
+    if dtype not in cache:
+        cfg = load_config(PRESET, overrides("hf", threads) + [f"model.dtype={dtype}"])
+        torch.manual_seed(1234)  # LoRA's A is drawn when the adapters are made
+        policies = build_policies(cfg.model, cfg.policies, cfg.device)
+        lora_step(policies, noise)
+        cache[dtype] = policies
+    return cache[dtype]
 
 
 def overrides(mode: str, threads: int) -> list[str]:
@@ -81,13 +104,14 @@ def mismatch_kl(policies, episodes, pad_id: int) -> tuple[float, float]:
 
 def bench_rollouts(args) -> None:
     cfg = load_config(PRESET, overrides("hf", args.threads))
-    policies = build_policies(cfg.model, cfg.policies, cfg.device)
-    lora_step(policies, args.lora_noise)
-    runners, workflow = {}, None
+    cache: dict = {}
+    runners, workflow, of_mode = {}, None, {}
     for mode in args.modes:
+        of_mode[mode] = policies_of(MODES[mode]["model.dtype"], args.threads, args.lora_noise, cache)
         mcfg = load_config(PRESET, overrides(mode, args.threads))
-        runner, workflow = build_rollout(mcfg, policies=policies)
+        runner, workflow = build_rollout(mcfg, policies=of_mode[mode])
         runners[mode] = runner
+    policies = of_mode[args.modes[0]]
     tasks = load_tasks(cfg.task, split="train", limit=cfg.train.tasks_per_step)
     tok = policies[policies.names[0]].tokenizer
     print(f"default job rollout: {len(tasks)} tasks x group {cfg.group_size} x debate of 3, "
@@ -128,13 +152,18 @@ def bench_rollouts(args) -> None:
     rollout_s = {m: last[m][2] for m in args.modes}
     for mode in args.modes:
         backend = runners[mode].backend
-        if not hasattr(backend, "sync"):
+        if not hasattr(backend, "sync") and getattr(backend, "merged", None) is None:
             continue
         times = []
         for _ in range(args.sync_repeats):
-            lora_step(policies, 1e-4)
-            assert backend.is_stale(policies.names[0])
-            times.append(backend.sync())
+            lora_step(of_mode[mode], 1e-4)
+            if hasattr(backend, "sync"):
+                assert backend.is_stale(of_mode[mode].names[0])
+                times.append(backend.sync())
+            else:  # hf with merge_lora: the merged copy is rebuilt on the next generate
+                start = time.perf_counter()
+                backend.merged.model_for(of_mode[mode][of_mode[mode].names[0]])
+                times.append(time.perf_counter() - start)
         sync = statistics.median(times)
         line = f"  {mode:12s} sync {sync:.2f} s   runs: " + ", ".join(f"{x:.2f}" for x in times)
         if "hf" in rollout_s:
@@ -143,10 +172,11 @@ def bench_rollouts(args) -> None:
                      f"{saved:.2f} s, net of the sync {saved - sync:+.2f} s a step")
         print(line)
 
-    print("\n3. mismatch/kl of each backend's rollout against the trained (torch) policy")
+    print("\n3. mismatch/kl of each backend's rollout against the trained (torch) policy, whose "
+          "forward runs in the mode's precision")
     for mode in args.modes:
         episodes, _, _ = run(mode, 100)
-        kl, diff = mismatch_kl(policies, episodes, tok.pad_token_id)
+        kl, diff = mismatch_kl(of_mode[mode], episodes, tok.pad_token_id)
         print(f"  {mode:12s} mismatch/kl {kl:.3e}   mean |log-prob diff| {diff:.3e}")
 
 
@@ -156,12 +186,12 @@ def bench_eval(args) -> None:
     from srpo.train.evaluate import evaluate
 
     cfg = load_config(PRESET, overrides("hf", args.threads))
-    policies = build_policies(cfg.model, cfg.policies, cfg.device)
-    lora_step(policies, args.lora_noise)
+    cache: dict = {}
     tasks = load_tasks(cfg.task, split="heldout", limit=args.eval_size)
     print(f"\n5. greedy evaluation of the same weights on {len(tasks)} held-out problems")
     ref = None
     for mode in args.modes:
+        policies = policies_of(MODES[mode]["model.dtype"], args.threads, args.lora_noise, cache)
         runner, workflow = build_rollout(load_config(PRESET, overrides(mode, args.threads)),
                                          policies=policies)
         if hasattr(runner.backend, "sync"):
@@ -179,11 +209,47 @@ def bench_eval(args) -> None:
         print(line)
 
 
+def bench_update(args) -> None:
+    """The update's forward + backward over one default-job rollout batch, per precision."""
+    from srpo.batch import build_flat_batch
+
+    cfg = load_config(PRESET, overrides("hf", args.threads))
+    cache: dict = {}
+    p32 = policies_of("float32", args.threads, args.lora_noise, cache)
+    runner, workflow = build_rollout(load_config(PRESET, overrides("hf", args.threads)), policies=p32)
+    tasks = load_tasks(cfg.task, split="train", limit=cfg.train.tasks_per_step)
+    torch.manual_seed(7)
+    episodes = runner.run(tasks, workflow, group_size=cfg.group_size).episodes
+    tok = p32[p32.names[0]].tokenizer
+    batch = build_flat_batch(episodes, tok.pad_token_id)
+    print(f"\n6. update forward + backward over one rollout batch ({batch.num_members} members, "
+          f"{int(batch.response_mask.sum())} response tokens), median of {args.repeats}")
+    grads, secs = {}, {}
+    for dtype in ("float32", "bfloat16"):
+        policies = policies_of(dtype, args.threads, args.lora_noise, cache)
+        model = policies.models()[0]
+        times = []
+        for _ in range(args.repeats + 1):  # the first is a warm-up
+            model.zero_grad(set_to_none=True)
+            start = time.perf_counter()
+            out = batch_logprobs(policies, batch, chunk_size=cfg.train.logprob_chunk_size)
+            torch.where(batch.response_mask, out.logprobs, 0).sum().backward()
+            times.append(time.perf_counter() - start)
+        secs[dtype] = statistics.median(times[1:])
+        grads[dtype] = {n: q.grad.double() for n, q in model.named_parameters() if q.grad is not None}
+        print(f"  {dtype:9s} {secs[dtype]:.2f} s   runs: " + ", ".join(f"{x:.2f}" for x in times[1:]))
+    g32, g16 = grads["float32"], grads["bfloat16"]
+    num = sum(((g16[n] - g32[n]) ** 2).sum() for n in g32) ** 0.5
+    den = sum((g32[n] ** 2).sum() for n in g32) ** 0.5
+    print(f"  bf16 / float32 time {secs['bfloat16'] / secs['float32']:.2f}x; LoRA gradients "
+          f"{float(num / den):.2%} apart (relative L2)")
+
+
 def bench_training(args) -> None:
     from srpo.train.trainer import Trainer
 
     print(f"\n4. the default job through Trainer: {args.train_steps} steps, eval on {args.eval_size}")
-    modes = [m for m in args.modes if m != "ct2-int8"]  # int8 is refused for training
+    modes = [m for m in args.modes if m != "ct2-int8"]  # int8 needs train.tis_cap to train
     for mode in modes:
         with tempfile.TemporaryDirectory() as tmp:
             cfg = load_config(PRESET, overrides(mode, args.threads) + [
@@ -226,7 +292,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--lora-noise", type=float, default=4e-3)
     p.add_argument("--parts", default="rollout",
-                   help="comma-separated, of: rollout (1-3), train (4, minutes), eval (5)")
+                   help="comma-separated, of: rollout (1-3), train (4, minutes), eval (5), update (6)")
     p.add_argument("--train-steps", type=int, default=40)
     p.add_argument("--eval-size", type=int, default=256)
     args = p.parse_args()
@@ -236,14 +302,18 @@ def main() -> None:
         raise SystemExit(f"unknown mode(s) {unknown}; known: {list(MODES)}")
     torch.set_num_threads(args.threads)
     parts = {x.strip() for x in args.parts.split(",") if x.strip()}
-    if parts - {"rollout", "train", "eval"}:
-        raise SystemExit(f"unknown part(s) {sorted(parts - {'rollout', 'train', 'eval'})}")
+    known = {"rollout", "train", "eval", "update"}
+    if parts - known:
+        raise SystemExit(f"unknown part(s) {sorted(parts - known)}")
     if "rollout" in parts:
         bench_rollouts(args)
     if "train" in parts:
         bench_training(args)
     if "eval" in parts:
         bench_eval(args)
+    if "update" in parts:
+        bench_update(args)
+
 
 if __name__ == "__main__":
     main()

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from srpo.config import Config, ConfigError, ModelConfig, PoliciesConfig, TaskConfig
+from srpo.models.precision import TORCH_DTYPES, resolve_dtype
 from srpo.packs import TaskPack, agent_defaults, get_pack, load_all_packs
 from srpo.rollout.agents import AgentSpec, SamplingParams
 from srpo.rollout.engines import get_engine
@@ -22,13 +21,15 @@ from srpo.types import Task
 from srpo.workflows.base import Workflow
 from srpo.workflows.registry import build_workflow
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def build_model(cfg: ModelConfig, device: str = "cpu", key: str = "model.name") -> tuple[Any, Any]:
+def build_model(cfg: ModelConfig, device: str = "cpu", key: str = "model.name", *,
+                weights: str = "float32") -> tuple[Any, Any]:
     """(model, tokenizer) for a model section; nothing is downloaded. key: the section's
-    name key, for messages (policies.models.<name>.name for a separate policy's model)."""
-    dtype = _DTYPES[cfg.dtype]
+    name key, for messages (policies.models.<name>.name for a separate policy's model).
+    weights: the dtype its weights are stored in ("bfloat16" only for a frozen LoRA base:
+    trainable weights stay float32, srpo.models.precision)."""
+    dtype = TORCH_DTYPES[weights]
     if cfg.name == "tiny":
         from srpo.models import build_tiny_model
 
@@ -71,20 +72,27 @@ def check_model_source(cfg: ModelConfig, key: str = "model.name") -> None:
 
 
 def build_policies(model_cfg: ModelConfig, cfg: PoliciesConfig, device: str = "cpu") -> PolicySet:
+    """The policies of a config, computing in the precision model.dtype resolves to on `device`
+    (srpo.models.precision): float32 weights for whatever trains; a LoRA base in bfloat16 when
+    the compute is."""
+    compute = resolve_dtype(model_cfg.dtype, device)
     if cfg.kind == "shared":
         model, tok = build_model(model_cfg, device)
-        return PolicySet.shared(model, tok, name=cfg.names[0])
-    if cfg.kind == "separate":
-        return PolicySet.separate(
+        policies = PolicySet.shared(model, tok, name=cfg.names[0])
+    elif cfg.kind == "separate":
+        policies = PolicySet.separate(
             {n: build_model(cfg.models[n], device, f"policies.models.{n}.name") if n in cfg.models
              else build_model(model_cfg, device) for n in cfg.names}
         )
-    model, tok = build_model(model_cfg, device)
-    lora = cfg.lora
-    return PolicySet.lora(
-        model, tok, cfg.names, rank=lora.rank, alpha=lora.alpha, dropout=lora.dropout,
-        target_modules=lora.target_modules,
-    )
+    else:
+        model, tok = build_model(model_cfg, device, weights=compute)  # the frozen base
+        lora = cfg.lora
+        policies = PolicySet.lora(
+            model, tok, cfg.names, rank=lora.rank, alpha=lora.alpha, dropout=lora.dropout,
+            target_modules=lora.target_modules,
+        )
+    policies.compute_dtype = compute
+    return policies
 
 
 def task_pack(cfg: Config | TaskConfig) -> TaskPack:

@@ -21,7 +21,7 @@ from srpo.config import Config
 from srpo.rollout.policies import PolicySet
 
 NAMES = ("tiny", "smollm2")
-DTYPES = {"torch.float32": "float32", "torch.bfloat16": "bfloat16", "torch.float16": "float16"}
+DTYPES = {"torch.float32": "float32", "torch.bfloat16": "bfloat16"}
 
 
 def is_model_object(model: Any) -> bool:
@@ -66,6 +66,7 @@ def model_record(model: Any) -> dict[str, Any]:
 
 def model_policies(model: Any, tokenizer: Any, cfg: Config) -> PolicySet:
     """The run's policies over a model object, laid out as cfg.policies says (shared or LoRA)."""
+    from srpo.models.precision import resolve_dtype
     from srpo.models.tokenizers import set_pad_token_of_folder
 
     if tokenizer is None:
@@ -78,10 +79,13 @@ def model_policies(model: Any, tokenizer: Any, cfg: Config) -> PolicySet:
     model = model.to(cfg.device)
     p = cfg.policies
     if p.kind == "shared":
-        return PolicySet.shared(model, tokenizer, name=p.names[0])
-    if p.kind == "lora":
+        policies = PolicySet.shared(model, tokenizer, name=p.names[0])
+    elif p.kind == "lora":
         lora = p.lora
-        return PolicySet.lora(model, tokenizer, p.names, rank=lora.rank, alpha=lora.alpha,
-                              dropout=lora.dropout, target_modules=lora.target_modules)
-    raise ValueError(f"model: one model object cannot make policies.kind {p.kind!r} (a model per "
-                     f"policy); use args.lora (one base, an adapter per policy) or pass model names")
+        policies = PolicySet.lora(model, tokenizer, p.names, rank=lora.rank, alpha=lora.alpha,
+                                  dropout=lora.dropout, target_modules=lora.target_modules)
+    else:
+        raise ValueError(f"model: one model object cannot make policies.kind {p.kind!r} (a model per "
+                         f"policy); use args.lora (one base, an adapter per policy) or pass model names")
+    policies.compute_dtype = resolve_dtype(cfg.model.dtype, cfg.device)
+    return policies

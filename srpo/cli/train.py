@@ -191,8 +191,8 @@ def _exported_policies(export_dir: Path, cfg, trust_export: bool = False):
     """A run's trained policies from RUN/export/<policy> (LoRA adapters come merged), one model
     per policy name, so any policy layout evaluates the same way. Each folder is checked against
     its manifest first; one without a manifest is refused unless trust_export."""
+    from srpo.models.precision import resolve_dtype
     from srpo.rollout.policies import PolicySet
-
     from srpo.train.checkpoint import verify_export
 
     models = {}
@@ -206,8 +206,11 @@ def _exported_policies(export_dir: Path, cfg, trust_export: bool = False):
         models[name] = _load_export(folder, cfg.device)
     if len(models) == 1:
         (name, (model, tok)), = models.items()
-        return PolicySet.shared(model, tok, name=name), verified
-    return PolicySet.separate(models), verified
+        policies = PolicySet.shared(model, tok, name=name)
+    else:
+        policies = PolicySet.separate(models)
+    policies.compute_dtype = resolve_dtype(cfg.model.dtype, cfg.device)  # evaluated as trained
+    return policies, verified
 
 
 def _load_export(folder: Path, device: str):

@@ -22,6 +22,7 @@ from pydantic import (
 
 from srpo.config.errors import ConfigError, config_error
 from srpo.config.paths import FileReference, ModelPath
+from srpo.models.precision import DTYPE_SETTINGS
 from srpo.objective.methods import get_method
 from srpo.packs import get_pack
 from srpo.rollout.agents import SamplingParams
@@ -89,13 +90,16 @@ class ModelConfig(_Section):
     hidden_size: int = 64  # tiny only: hidden width (multiple of 32)
     num_layers: int = 2  # tiny only: decoder layers
     init_seed: int = 0  # tiny only: seed of the random initialisation
-    dtype: str = "float32"  # "float32" | "bfloat16" | "float16"
+    # compute precision (srpo.models.precision): "auto" (bfloat16 where the CPU has AVX-512 BF16 /
+    # AMX or the GPU bf16, else float32) | "float32" | "bfloat16". Trainable weights, gradients,
+    # optimizer states, log-probs and the loss stay float32; a LoRA base is stored in bf16.
+    dtype: str = "float32"
 
     @model_validator(mode="after")
     def _check(self) -> Self:
         one_of("model.arch", self.arch, ("llama", "qwen2"))
         one_of("model.tokenizer", self.tokenizer, ("bytes", "smollm2"))
-        one_of("model.dtype", self.dtype, ("float32", "bfloat16", "float16"))
+        one_of("model.dtype", self.dtype, DTYPE_SETTINGS)
         positive("model.hidden_size", self.hidden_size)
         positive("model.num_layers", self.num_layers)
         seed_range("model.init_seed", self.init_seed)
@@ -407,6 +411,12 @@ class TrainConfig(_Section):
     dynamic_sampling: bool = False
     dynamic_sampling_max_draws: int = 3
     threads: int | None = None  # torch CPU threads (None = torch's default)
+    # truncated importance sampling (docs/algorithms.md): weight each ratio unit's loss by
+    # min(pi_old / pi_sampler, tis_cap), the sampler's recorded log-probs against the trainer's
+    # old ones, at the method's ratio unit (token, sequence, set); 0 = off. Needs
+    # rollout.record_logprobs; lets a sampler that is not the trained policy (CTranslate2 int8)
+    # be trained on
+    tis_cap: Float = 0.0
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -424,6 +434,9 @@ class TrainConfig(_Section):
             learning_rate(f"train.policy_lr.{name}", lr)
         if len(self.adam_betas) != 2 or not all(0 <= b < 1 for b in self.adam_betas):
             raise ConfigError(f"train.adam_betas must be two numbers in [0, 1), got {self.adam_betas}")
+        if self.tis_cap != 0 and not self.tis_cap >= 1:
+            raise ConfigError(f"train.tis_cap must be 0 (off) or >= 1 (the largest importance "
+                              f"weight kept), got {self.tis_cap}")
         for key in ("weight_decay", "grad_clip", "kl_beta", "entropy_alpha", "warmup_steps"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"train.{key} must be >= 0, got {getattr(self, key)}")
@@ -514,6 +527,9 @@ class Config(_Section):
                 f"train.policy_lr.{unknown[0]}: unknown policy {unknown[0]!r}; known policies "
                 f"(policies.names): {self.policies.names}"
             )
+        if self.train.tis_cap > 0 and not self.rollout.record_logprobs:
+            raise ConfigError("train.tis_cap needs rollout.record_logprobs: true (truncated importance "
+                              "sampling weighs each output by its sampler's recorded log-probs)")
         if self.train.tasks_per_step > self.task.train_size:
             raise ConfigError(
                 f"train.tasks_per_step ({self.train.tasks_per_step}) exceeds task.train_size "

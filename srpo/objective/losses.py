@@ -124,6 +124,9 @@ class UnitLossInputs(NamedTuple):
     num_sets: int  # S
     advantages: Tensor  # set unit: [S] A_S; sequence / token unit: [M] A_m
     weights: Tensor  # set unit: [S] w_S; sequence / token unit: [M] w_m, weight of each token of m
+    # truncated importance weights (detached), one per ratio unit: set [S], sequence [M],
+    # token [M, T]; they multiply each unit's surrogate (srpo.objective.tis). None: all 1
+    is_weights: Tensor | None = None
 
 
 class UnitLossSettings(NamedTuple):
@@ -157,9 +160,11 @@ def _clipped_share_per_set(clipped_units: Tensor, units: Tensor, set_index: Tens
 
 
 def set_unit_loss(x: UnitLossInputs, cfg: UnitLossSettings) -> UnitLossOut:
-    """SRPO: one ratio, one clip, one advantage per active set; J_S weighted by w_S."""
+    """SRPO: one ratio, one clip, one advantage per active set; J_S weighted by w_S (times the
+    set's importance weight, when given)."""
+    weights = x.weights if x.is_weights is None else x.weights * x.is_weights  # [S]
     out = set_loss_kernel(
-        x.logprobs, x.old_logprobs, x.mask, x.set_index, x.advantages, x.weights,
+        x.logprobs, x.old_logprobs, x.mask, x.set_index, x.advantages, weights,
         reduction=cfg.reduction, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
         max_log_ratio=cfg.max_log_ratio,
     )
@@ -181,6 +186,8 @@ def sequence_unit_loss(x: UnitLossInputs, cfg: UnitLossSettings) -> UnitLossOut:
     m = x.logprobs.shape[0]
     singleton = torch.arange(m, device=x.set_index.device)
     member_w = x.weights * x.mask.sum(dim=-1)  # [M] L_m w_m
+    if x.is_weights is not None:
+        member_w = member_w * x.is_weights  # [M] times the member's importance weight
     out = set_loss_kernel(
         x.logprobs, x.old_logprobs, x.mask, singleton, x.advantages, member_w,
         reduction="mean", clip_low=cfg.clip_low, clip_high=cfg.clip_high, max_log_ratio=cfg.max_log_ratio,
@@ -200,6 +207,8 @@ def token_unit_loss(x: UnitLossInputs, cfg: UnitLossSettings) -> UnitLossOut:
     adv = x.advantages.to(x.logprobs.dtype).unsqueeze(-1)  # [M, 1]
     out = clipped_surrogate(delta, adv, cfg.clip_low, cfg.clip_high, cfg.max_log_ratio)
     weighted = x.weights.to(x.logprobs.dtype).unsqueeze(-1) * out.objective  # [M, T]
+    if x.is_weights is not None:
+        weighted = weighted * x.is_weights  # [M, T] times each token's importance weight
     loss = -torch.where(x.mask, weighted, torch.zeros_like(delta)).sum()
     member_set_size = torch.bincount(x.set_index, minlength=x.num_sets)[x.set_index]  # [M]
     metrics = ratio_clip_metrics(
@@ -234,6 +243,11 @@ def unit_policy_loss(ratio_unit: str, x: UnitLossInputs, cfg: UnitLossSettings) 
     n_units, unit = (num_sets, "set") if per_set else (x.logprobs.shape[0], "member")
     check_finite_vector(x.advantages, f"advantages (one per {unit})", n_units)
     check_finite_vector(x.weights, f"weights (one per {unit})", n_units)
+    if x.is_weights is not None:
+        expected = tuple(x.logprobs.shape) if ratio_unit == "token" else (n_units,)
+        if tuple(x.is_weights.shape) != expected or not torch.isfinite(x.is_weights).all():
+            raise ValueError(f"is_weights must be finite with shape {expected} (one per {ratio_unit} "
+                             f"unit), got shape {tuple(x.is_weights.shape)}")
     check_reduction(cfg.reduction)
     check_clip(cfg.clip_low, cfg.clip_high)
     x = x._replace(mask=mask, num_sets=num_sets)

@@ -62,6 +62,7 @@ from srpo.objective.losses import (
     unit_policy_loss,
 )
 from srpo.objective.reductions import check_reduction, set_log_ratio
+from srpo.objective.tis import tis_metrics, truncated_is_weights
 from srpo.objective.validation import check_clip
 
 ADVANTAGE_UNITS: tuple[str, ...] = ("set", "member", "episode")
@@ -387,9 +388,11 @@ def method_policy_loss(
     entropy: Tensor | None = None,
     kl_beta: float = 0.0,
     entropy_alpha: float = 0.0,
+    tis_cap: float = 0.0,
 ) -> tuple[Tensor, dict[str, float]]:
     """(loss, metrics) of `method_loss` (which also returns the per-set state)."""
-    out = method_loss(spec, batch, logprobs, entropy=entropy, kl_beta=kl_beta, entropy_alpha=entropy_alpha)
+    out = method_loss(spec, batch, logprobs, entropy=entropy, kl_beta=kl_beta, entropy_alpha=entropy_alpha,
+                      tis_cap=tis_cap)
     return out.loss, out.metrics
 
 
@@ -401,8 +404,13 @@ def method_loss(
     entropy: Tensor | None = None,
     kl_beta: float = 0.0,
     entropy_alpha: float = 0.0,
+    tis_cap: float = 0.0,
 ) -> MethodLoss:
     """loss = policy loss + beta * KL(pi_theta || pi_ref) - alpha * entropy, for one micro-batch.
+
+    tis_cap > 0: each ratio unit's surrogate is weighted by its truncated importance weight
+    min(pi_old / mu, tis_cap) against the sampler's recorded log-probs (batch.sampling_logprobs;
+    srpo.objective.tis), at the method's ratio unit.
 
     `batch` must come from `prepare_step` then `with_step_weights` (possibly sliced with
     select_sets: a micro-batch of the optimizer step); logprobs: [M, T]
@@ -430,9 +438,19 @@ def method_loss(
         advantages=advantages,
         weights=weights,
     )
+    tis = None
+    if tis_cap > 0:
+        if batch.sampling_logprobs is None:
+            raise ValueError("tis_cap > 0 needs the sampler's log-probs (rollout.record_logprobs)")
+        tis = truncated_is_weights(spec.ratio_unit, batch.old_logprobs, batch.sampling_logprobs,
+                                   batch.response_mask, batch.set_index, batch.num_sets,
+                                   cap=tis_cap, reduction=spec.reduction)
+        x = x._replace(is_weights=tis.weights)
     cfg = UnitLossSettings(spec.clip_low, spec.clip_high, spec.reduction, spec.max_log_ratio)
     out = unit_policy_loss(spec.ratio_unit, x, cfg)
     loss, metrics = out.loss, out.metrics
+    if tis is not None:
+        metrics.update(tis_metrics(tis))
     mask = batch.response_mask
     w = batch.member_weights.to(logprobs.dtype).unsqueeze(-1)  # [M, 1] weight of each token
     # one statistic every method shares, whatever its ratio unit: Lambda_S under `mean`

@@ -86,14 +86,16 @@ class GenerationBackend(Protocol):
         ...
 
 
-def check_training_backend(backend: Any) -> None:
-    """Refuse a backend whose sampler is not the policy being trained. A backend says so with
+def check_training_backend(backend: Any, *, corrected: bool = False) -> None:
+    """Refuse a backend whose sampler is not the policy being trained, unless the update corrects
+    for it (corrected: truncated importance sampling, train.tis_cap > 0). A backend says so with
     `samples_trained_policy() -> str | None`: None when it samples the trained weights exactly
     (up to float rounding), else why not (e.g. CTranslate2 int8: a quantized copy). A backend
     without the method is taken to sample the policy itself (hf, scripted)."""
     why = backend.samples_trained_policy() if hasattr(backend, "samples_trained_policy") else None
-    if why is not None:
-        raise ValueError(why)
+    if why is not None and not corrected:
+        raise ValueError(f"{why}; or correct for it with truncated importance sampling "
+                         f"(train.tis_cap, e.g. 2.0; docs/algorithms.md)")
 
 
 def check_backend_args(backend: str, policies: Any, max_batch_size: int | None) -> None:

@@ -20,6 +20,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from srpo.models.precision import compute_context
+
 KINDS = ("shared", "separate", "lora", "scripted")
 
 
@@ -56,6 +58,10 @@ class PolicySet:
                 raise ValueError(f"policy {p.name!r} has no tokenizer")
         self.kind = kind
         self._policies = {p.name: p for p in policies}
+        # "float32" | "bfloat16": the precision every forward of these policies runs in (the
+        # trainer's and the backends'), srpo.models.precision; set from model.dtype by
+        # srpo.build.build_policies
+        self.compute_dtype = "float32"
 
     # ------------------------------------------------------------------ constructors
 
@@ -141,6 +147,18 @@ class PolicySet:
                 seen.setdefault(id(p.model), p.model)
         return list(seen.values())
 
+    def compute(self) -> contextlib.AbstractContextManager[None]:
+        """The context every forward of these policies runs in: bf16 autocast on the models'
+        device when compute_dtype is "bfloat16", nothing for "float32"."""
+        models = self.models()
+        device = next(models[0].parameters()).device if models else "cpu"
+        return compute_context(self.compute_dtype, device)
+
+    def with_compute_of(self, other: PolicySet) -> PolicySet:
+        """This set, computing in `other`'s precision (a reference copy, an evaluation set)."""
+        self.compute_dtype = other.compute_dtype
+        return self
+
     @contextlib.contextmanager
     def activated(self, name: str) -> Iterator[Policy]:
         """Make `name` the active policy for the duration (LoRA: switch adapter), in eval mode.
@@ -164,6 +182,13 @@ class PolicySet:
             model.train(was_training)
             for p, flag in flags:
                 p.requires_grad_(flag)
+
+
+def weights_version(model: Any) -> tuple[tuple[int, int], ...]:
+    """What changes whenever a weight of `model` is written: each parameter's storage and
+    version counter (bumped by every in-place write: optimizer steps, load_state_dict). A
+    backend that generates from a copy of a policy rebuilds the copy when this changes."""
+    return tuple((p.data_ptr(), p._version) for p in model.parameters())
 
 
 def check_policy_names(agent_policies: Mapping[str, str], policies: PolicySet) -> None:

@@ -94,7 +94,8 @@ def batch_logprobs(
     from: the policy that produced it, at the member's temperature (batch.member_temperature).
 
     Runs on the batch's device, with whatever grad mode the caller set (no_grad for old/ref
-    log-probs). For LoRA
+    log-probs), in the policies' compute precision (PolicySet.compute: bf16 autocast, the
+    log-probs float32 from the logits). For LoRA
     policies the adapter is switched per policy; peft's set_adapter turns requires_grad off on
     the other adapters, which would stop their gradients from accumulating, so the flags are
     restored after each switch.
@@ -129,15 +130,16 @@ def batch_logprobs(
             input_ids, attention, prompt_length = _trim_padding(
                 batch.input_ids[rows], batch.attention_mask[rows], batch.prompt_length
             )
-            out = response_logprobs(
-                policy.model,
-                input_ids,
-                attention,
-                prompt_length,
-                chunk_size=chunk_size,
-                temperature=tau,
-                with_entropy=with_entropy,
-            )
+            with policies.compute():  # bf16 autocast when the policies compute in bf16
+                out = response_logprobs(
+                    policy.model,
+                    input_ids,
+                    attention,
+                    prompt_length,
+                    chunk_size=chunk_size,
+                    temperature=tau,
+                    with_entropy=with_entropy,
+                )
             width = batch.response_mask.shape[1]
             order.append(rows)
             pieces.append(_pad_right(out.logprobs.float(), width))

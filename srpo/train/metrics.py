@@ -21,6 +21,8 @@ matches `ratio/k3/log_mean` and `ratio/all/log_mean`.
 from __future__ import annotations
 
 import re
+import resource
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -52,6 +54,7 @@ METRICS: tuple[Metric, ...] = tuple(
                "set_ratio/{k}/log_mean", "set_ratio/{k}/log_std", "approx_kl")
     # the training forward, per micro-batch (srpo.train.update.forward_diagnostics)
     + _declare("forward", "mean", "entropy", "mismatch/kl", "mismatch/abs_diff")
+    + _declare("loss", "mean", "mismatch/is_weight", "mismatch/is_truncated")
     # the rollout batch, once per step (srpo.objective.methods.prepare_step)
     + _declare("advantages", "sum", "sets/{k}/count", "adv/num_groups", "adv/degenerate_groups")
     + _declare("advantages", "mean", "adv/{k}/abs_mean", "adv/degenerate_share",
@@ -64,6 +67,7 @@ METRICS: tuple[Metric, ...] = tuple(
     # the loop, once per step (srpo.train.trainer, srpo.train.console.PhaseTimer)
     + _declare("loop", "sum", "time/{phase}")
     + _declare("loop", "mean", "throughput/gen_tokens_per_s")
+    + _declare("loop", "max", "memory/peak_rss_gb")
     # the rollout engine, once per step (srpo.rollout.runner.rollout_metrics, with rollout/)
     + _declare("rollout", "sum",
                "rollout/episodes", "rollout/sets/count", "rollout/sets/size_{k}", "rollout/members/count",
@@ -139,3 +143,11 @@ def combine_micro_batches(parts: Sequence[dict[str, float]]) -> dict[str, float]
 def mean_over_steps(steps: Sequence[dict[str, float]]) -> dict[str, float]:
     """The update's metrics: the mean optimizer step (never a sum over epochs and minibatches)."""
     return combine(steps, over="steps")
+
+
+def peak_rss_gb() -> float:
+    """The process's peak resident memory so far, in GiB (getrusage; Linux reports KiB, macOS
+    bytes). Logged every step, so the step (or the model load and first evaluation, step 1) that
+    set the run's peak is visible in metrics.jsonl."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024**3 if sys.platform == "darwin" else 1024**2)

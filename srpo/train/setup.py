@@ -52,8 +52,8 @@ def build_reference(policies: PolicySet) -> PolicySet | None:
         copies[name] = (m, p.tokenizer)
     if policies.kind == "shared":
         (m, tok), = copies.values()
-        return PolicySet.shared(m, tok, name=policies.names[0])
-    return PolicySet.separate(copies)
+        return PolicySet.shared(m, tok, name=policies.names[0]).with_compute_of(policies)
+    return PolicySet.separate(copies).with_compute_of(policies)
 
 
 def enable_activation_checkpointing(policies: PolicySet) -> None:

@@ -43,7 +43,7 @@ from srpo.train.episodes_log import UpdateRecord
 from srpo.train.evaluate import EvalResult
 from srpo.train.forward import BatchLogprobs, check_training_sampling
 from srpo.train.heldout import evaluate_run
-from srpo.train.metrics import combine_micro_batches, mean_over_steps
+from srpo.train.metrics import combine_micro_batches, mean_over_steps, peak_rss_gb
 from srpo.train.metrics_log import MetricsLogger
 from srpo.train.optim import build_optimizers, policy_parameters
 from srpo.train.preflight import check_minibatches, check_process_layout, preflight
@@ -118,7 +118,8 @@ class Trainer:
         if t.activation_checkpointing:
             enable_activation_checkpointing(self.policies)
         self.runner, self.workflow = build_rollout(cfg, policies=self.policies)
-        check_training_backend(self.runner.backend)  # a quantized sampler is not the trained policy
+        # a quantized sampler is not the trained policy, unless the update corrects for it
+        check_training_backend(self.runner.backend, corrected=cfg.train.tis_cap > 0)
         # the reward component evaluation counts as solved: the config's, else the task pack's
         self.success_component = cfg.eval.success_component or task_pack(cfg).success_component
         check_training_sampling({a: self.runner.agents[a].sampling for a in self.workflow.agents})
@@ -248,6 +249,7 @@ class Trainer:
                 metrics.update({f"rollout/{k}": v for k, v in rollout_metrics(rollout.generated).items()})
                 tokens = metrics.get("rollout/tokens/generated", 0.0)
                 metrics["throughput/gen_tokens_per_s"] = tokens / max(timer.seconds["rollout"], 1e-9)
+                metrics["memory/peak_rss_gb"] = peak_rss_gb()  # of this process so far: which step set it
                 if cfg.eval.every and self.step % cfg.eval.every == 0 and self.step < t.steps:
                     ev = self.evaluate(f"step {self.step}")
                     if ev:

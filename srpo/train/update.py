@@ -118,7 +118,7 @@ class PolicyUpdate:
             return self.logprobs(self.reference, micro).logprobs
         model = self.policies.models()[0]  # LoRA: the base with its adapters off is the reference
         with model.disable_adapter():
-            base = PolicySet.shared(model, self.policies[self.policies.names[0]].tokenizer)
+            base = PolicySet.shared(model, self.policies[self.policies.names[0]].tokenizer).with_compute_of(self.policies)
             return self.logprobs(base, dataclasses.replace(micro, member_policy=("shared",) * micro.num_members)).logprobs
 
     # ---------------------------------------------------------------- the update
@@ -173,7 +173,7 @@ class PolicyUpdate:
                 micro = dataclasses.replace(micro, old_logprobs=out.logprobs.detach())
                 parts.append(forward_diagnostics(micro, out))
             loss = method_loss(self.spec, micro, out.logprobs, entropy=out.entropy,
-                               kl_beta=t.kl_beta, entropy_alpha=t.entropy_alpha)
+                               kl_beta=t.kl_beta, entropy_alpha=t.entropy_alpha, tis_cap=t.tis_cap)
             if not torch.isfinite(loss.loss):
                 raise FloatingPointError(f"non-finite loss {loss.loss.item()} at step {step}")
             loss.loss.backward()

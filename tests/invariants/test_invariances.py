@@ -20,9 +20,9 @@ def _step(name, seed=0, **overrides):
     return spec, filled, base.detach()
 
 
-def _full_and_micro(spec, batch, base, max_tokens):
+def _full_and_micro(spec, batch, base, max_tokens, **loss_kwargs):
     theta = torch.zeros_like(base, requires_grad=True)
-    loss_full, _ = method_policy_loss(spec, batch, base + theta)
+    loss_full, _ = method_policy_loss(spec, batch, base + theta, **loss_kwargs)
     (g_full,) = torch.autograd.grad(loss_full, theta)
 
     theta_mb = torch.zeros_like(base, requires_grad=True)
@@ -31,7 +31,7 @@ def _full_and_micro(spec, batch, base, max_tokens):
     for ids in groups:
         micro = batch.select_sets(ids)
         rows = torch.isin(batch.set_index, torch.tensor(ids)).nonzero().flatten()
-        loss, _ = method_policy_loss(spec, micro, (base + theta_mb)[rows])
+        loss, _ = method_policy_loss(spec, micro, (base + theta_mb)[rows], **loss_kwargs)
         loss.backward()
         total = total + loss.detach()
     return loss_full.detach(), g_full, total, theta_mb.grad, len(groups)
@@ -47,6 +47,22 @@ def test_microbatch_split_keeping_sets_whole_gives_same_loss_and_gradient(name):
         torch.testing.assert_close(grad_mb, grad, rtol=0, atol=1e-6)
         if budget == row_cost * 3:
             assert n_micro > 5  # the split really happened
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_microbatch_split_stays_exact_with_truncated_importance_weights(name):
+    """tis_cap > 0: each unit's weight comes from its own rows, so the split stays exact."""
+    import dataclasses
+
+    spec, batch, base = _step(name, seed=2)
+    noise = torch.randn(batch.old_logprobs.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    batch = dataclasses.replace(batch, sampling_logprobs=batch.old_logprobs - 0.3 * noise)  # a sampler mu != pi_old
+    loss, grad, loss_mb, grad_mb, n_micro = _full_and_micro(spec, batch, base, batch.input_ids.shape[1] * 3,
+                                                            tis_cap=1.5)
+    plain, _, _, _, _ = _full_and_micro(spec, batch, base, batch.input_ids.shape[1] * 3)
+    assert n_micro > 5 and float(abs(plain - loss)) > 1e-4  # split, and the weights changed the loss
+    torch.testing.assert_close(loss_mb, loss, rtol=0, atol=1e-6)
+    torch.testing.assert_close(grad_mb, grad, rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)

@@ -57,9 +57,20 @@ def test_config_selects_the_backend_and_refuses_bad_values():
 def test_training_refuses_int8_sampling(tmp_path):
     cfg = load_config(SMOKE, [f"output_dir={tmp_path / 'run'}", "rollout.backend=ctranslate2",
                               "rollout.ctranslate2.compute_type=int8", *QUIET])
-    with pytest.raises(ValueError, match="int8.*not the policy being trained"):
+    with pytest.raises(ValueError, match=r"int8.*not the policy being trained.*train.tis_cap"):
         Trainer(cfg)
     assert not (tmp_path / "run").exists()  # refused before any work
+
+
+def test_int8_sampling_trains_with_truncated_importance_sampling(tmp_path):
+    cfg = load_config(SMOKE, [f"output_dir={tmp_path / 'run'}", "rollout.backend=ctranslate2",
+                              "rollout.ctranslate2.compute_type=int8", "train.tis_cap=2.0", *QUIET])
+    history = Trainer(cfg).train().history
+    informative = [h for h in history if "mismatch/is_weight" in h]
+    assert informative, history  # the smoke's format reward makes some sets informative
+    for h in informative:
+        assert 0 < h["mismatch/is_weight"] <= 2.0 and 0 <= h["mismatch/is_truncated"] <= 1
+        assert h["mismatch/kl"] > 0  # an int8 sampler is measurably not the float32 policy
 
 
 def test_int8_generates_valid_records():

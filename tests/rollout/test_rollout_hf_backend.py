@@ -141,6 +141,52 @@ def test_lora_adapter_per_role_switches_and_restores_flags(tok):
     assert {n: p.requires_grad for n, p in model.named_parameters()} == flags_before
 
 
+def test_merged_lora_copy_generates_the_policy_and_follows_its_updates(tok):
+    """rollout.hf.merge_lora: a LoRA policy generates from a merged copy, the same policy up to
+    float rounding (greedy tokens equal, log-probs close); the copy is rebuilt after the
+    policy's weights change, and only then."""
+    pytest.importorskip("peft")
+    base, tok = build_tiny_model(seed=0)
+    policies = PolicySet.lora(base, tok, ["solver", "judge"], rank=4, init_lora_weights=False)
+    sp = SamplingParams(temperature=0, max_new_tokens=8)
+    reqs = backend_requests(tok, ["What is 3 + 4?", "Name a colour."], sp, policy="judge")
+    plain, merged = HFGenerateBackend(policies), HFGenerateBackend(policies, merge_lora=True)
+
+    def both():
+        a, b = plain.generate("judge", reqs), merged.generate("judge", reqs)
+        for x, y in zip(a, b):
+            assert x.token_ids == y.token_ids
+            torch.testing.assert_close(torch.tensor(y.logprobs), torch.tensor(x.logprobs), atol=1e-4, rtol=1e-4)
+        return a
+
+    first = both()
+    both()
+    assert merged.merged.merges == 1  # weights unchanged: the copy is reused
+    with torch.no_grad():  # an "optimizer step" on the judge's adapter
+        for n, p in policies.models()[0].named_parameters():
+            if "lora_B.judge" in n:
+                p.add_(0.5)
+    second = both()
+    assert merged.merged.merges == 2 and [g.token_ids for g in second] != [g.token_ids for g in first]
+    assert policies.models()[0].peft_config  # the live model is still the peft model
+
+
+def test_bf16_policies_generate_under_autocast(tok):
+    """compute_dtype bfloat16: generation runs in bf16 (the log-probs differ from float32's by
+    rounding only), and the model's own weights are left as they were."""
+    base, tok = build_tiny_model(seed=0)
+    policies = PolicySet.shared(base, tok)
+    sp = SamplingParams(temperature=0, max_new_tokens=6)
+    reqs = backend_requests(tok, ["What is 3 + 4?"], sp)
+    (g32,) = HFGenerateBackend(policies).generate("shared", reqs)
+    policies.compute_dtype = "bfloat16"
+    (g16,) = HFGenerateBackend(policies).generate("shared", reqs)
+    n = min(len(g16.logprobs), len(g32.logprobs))
+    diff = (torch.tensor(g16.logprobs[:n]) - torch.tensor(g32.logprobs[:n])).abs().max()
+    assert 0 < float(diff) < 0.05  # bf16 computed (not bit-equal), and close
+    assert {p.dtype for p in base.parameters()} == {torch.float32}
+
+
 # ----------------------------------------------------------------- end to end
 
 

@@ -109,8 +109,7 @@ class CTranslate2Backend:
             return None
         return (f"rollout.ctranslate2.compute_type {self.compute_type!r} samples from a quantized "
                 f"copy of the policy, not the policy being trained, and srpo does not correct for "
-                f"that mismatch; train with rollout.ctranslate2.compute_type float32 (int8 is for "
-                f"srpo rollout / srpo eval)")
+                f"that mismatch by itself: train with rollout.ctranslate2.compute_type float32")
 
     def __init__(
         self,

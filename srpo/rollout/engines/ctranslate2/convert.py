@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from srpo.rollout.policies import weights_version
+
 INSTALL_HINT = "pip install 'srpo[ct2]'  (ctranslate2==4.8.0)"
 
 
@@ -227,7 +229,4 @@ def load_generator(spec: Any, *, device: str, compute_type: str, intra_threads: 
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def weights_key(model: Any) -> tuple[tuple[int, int], ...]:
-    """What changes whenever a weight of `model` is written: each parameter's storage and
-    version counter (bumped by every in-place write: optimizer steps, load_state_dict)."""
-    return tuple((p.data_ptr(), p._version) for p in model.parameters())
+weights_key = weights_version  # the copy is rebuilt when this changes (srpo.rollout.policies)

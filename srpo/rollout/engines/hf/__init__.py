@@ -8,6 +8,9 @@ Its section, `rollout.hf`:
     share_prefill: true      # prefill each distinct prompt of a generate batch once and copy its
                              # KV cache to the rows that repeat it (G rollouts of a task, debaters
                              # of one role); the same tokens and log-probs up to float rounding
+    merge_lora: false        # LoRA policies generate from a copy with the adapter merged into
+                             # the base (one matmul a layer instead of three), rebuilt after every
+                             # optimizer step; the same policy up to float rounding
 
 It samples the policy being trained itself (no `samples_trained_policy` needed). The backend is
 HFGenerateBackend (.backend); the per-step processors and the shared prefill are .processors and
@@ -30,6 +33,7 @@ class HFSettings(EngineSettings):
 
     sampler: str = "inverse_cdf"  # "inverse_cdf" (srpo's own draw) | "multinomial" (HF's)
     share_prefill: bool = True  # one prefill per distinct prompt of a batch (docs/training.md)
+    merge_lora: bool = False  # generate from a merged copy of each LoRA policy (docs/training.md)
 
     @field_validator("sampler")
     @classmethod
@@ -44,7 +48,7 @@ def build(cfg: Any, policies: Any) -> HFGenerateBackend:
     own = cfg.rollout.settings_of("hf")
     return HFGenerateBackend(policies, max_batch_size=cfg.rollout.max_batch_size,
                              record_logprobs=cfg.rollout.record_logprobs, sampler=own.sampler,
-                             share_prefill=own.share_prefill)
+                             share_prefill=own.share_prefill, merge_lora=own.merge_lora)
 
 
 ENGINE = Engine(

@@ -26,6 +26,7 @@ from srpo.rollout.backends import (
     check_requests,
     finish_tokens,
 )
+from srpo.rollout.engines.hf.merged import MergedLoraCopies
 from srpo.rollout.engines.hf.prefill import prefill_shared_prompts
 from srpo.rollout.engines.hf.processors import (
     InverseCdfSampler,
@@ -56,6 +57,10 @@ class HFGenerateBackend:
     The trainer recomputes the ratio's old log-probs with its own forward pass at the member's
     temperature (and refuses top-k / top-p / greedy sampling in training); these feed the
     train/inference mismatch diagnostic.
+
+    Generation runs in the policies' compute precision (PolicySet.compute: bf16 autocast when
+    model.dtype resolves to bfloat16). merge_lora: a LoRA policy generates from a merged copy
+    of itself, rebuilt after every change of its weights (srpo.rollout.engines.hf.merged).
     """
 
     def __init__(
@@ -66,6 +71,7 @@ class HFGenerateBackend:
         record_logprobs: bool = True,
         sampler: str = "inverse_cdf",
         share_prefill: bool = False,
+        merge_lora: bool = False,
     ):
         check_backend_args("HFGenerateBackend", policies, max_batch_size)
         self.policies = policies
@@ -75,6 +81,8 @@ class HFGenerateBackend:
             raise ValueError(f"sampler must be 'inverse_cdf' or 'multinomial', got {sampler!r}")
         self.sampler = sampler
         self.share_prefill = share_prefill
+        # LoRA policies generate from a merged copy (srpo.rollout.engines.hf.merged)
+        self.merged = MergedLoraCopies() if merge_lora else None
         self.stats = BackendStats()
 
     def generate(self, policy: str, requests: Sequence[GenerationRequest]) -> list[Generation]:
@@ -85,7 +93,8 @@ class HFGenerateBackend:
         for i, r in enumerate(requests):
             by_sampling.setdefault(r.sampling, []).append(i)
         start = time.perf_counter()
-        with self.policies.activated(policy) as pol:
+        with self.policies.activated(policy) as pol, self.policies.compute():
+            model = self.merged.model_for(pol) if self.merged is not None and pol.adapter else pol.model
             for sampling, rows in by_sampling.items():
                 duplicates: dict[int, int] = {}  # row -> the identical row generated for it
                 if sampling.greedy:
@@ -101,7 +110,7 @@ class HFGenerateBackend:
                 for c in range(0, len(rows), size):
                     chunk = rows[c : c + size]
                     gens = self._generate_batch(
-                        pol.model, pol.tokenizer, [requests[i].prompt_ids for i in chunk], sampling
+                        model, pol.tokenizer, [requests[i].prompt_ids for i in chunk], sampling
                     )
                     for i, g in zip(chunk, gens):
                         out[i] = g
