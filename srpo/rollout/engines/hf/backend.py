@@ -38,6 +38,23 @@ from srpo.rollout.policies import PolicySet
 SAMPLERS = ("inverse_cdf", "multinomial")
 
 
+def contiguous_head_input(model: Any) -> Any:
+    """A pre-hook on the model's lm_head that makes its input contiguous, for the duration of one
+    generate call (returns its handle; None when the model has no output embedding).
+
+    transformers computes the logits of the last position as lm_head(hidden[:, -1:, :]), a
+    strided slice; torch's CPU linear cannot fold a non-contiguous 3-D input into one matmul and
+    broadcasts the weight into a batched matmul instead: a [rows, H, V] copy of the head
+    (measured: 2.1 s and 1.8 GB for 32 rows of SmolLM2 in bfloat16, 0.23 s in float32, against
+    0.011 / 0.039 s contiguous). Removed after the call: the trainer's chunked log-probs take a
+    faster path for a head without hooks (srpo.objective.logprobs)."""
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
+    if head is None:
+        return None
+    return head.register_forward_pre_hook(lambda module, args: (args[0].contiguous(), *args[1:]))
+
+
 class HFGenerateBackend:
     """transformers `model.generate`, batching every request of one policy.
 
@@ -172,6 +189,7 @@ class HFGenerateBackend:
         # without its KV cache (measured ~7x slower); the caller's mode is restored after
         was_training = model.training
         model.eval()
+        head_hook = contiguous_head_input(model)
         try:
             with torch.inference_mode():
                 input_ids, attention = input_ids.to(device), attention.to(device)
@@ -188,6 +206,8 @@ class HFGenerateBackend:
                 )
         finally:
             model.train(was_training)
+            if head_hook is not None:
+                head_hook.remove()
         new = sequences[:, width:].cpu()
         logprobs = recorder.finish(sequences) if recorder is not None else None
         gens = []
