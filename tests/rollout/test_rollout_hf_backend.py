@@ -171,6 +171,22 @@ def test_merged_lora_copy_generates_the_policy_and_follows_its_updates(tok):
     assert policies.models()[0].peft_config  # the live model is still the peft model
 
 
+def test_the_head_sees_contiguous_inputs_while_generating_and_no_hook_after(tiny):
+    """transformers slices hidden[:, -1:, :] before lm_head; a strided input makes torch's CPU
+    linear copy the head weight per row (HFGenerateBackend's contiguous_head_input)."""
+    model, tok = tiny
+    head = model.get_output_embeddings()
+    seen = []
+    probe = head.register_forward_hook(lambda module, args, out: seen.append(args[0].is_contiguous()))
+    try:
+        sp = SamplingParams(temperature=0, max_new_tokens=4)
+        HFGenerateBackend(PolicySet.shared(model, tok)).generate("shared", backend_requests(tok, ["1 + 2?", "a b"], sp))
+    finally:
+        probe.remove()
+    assert seen and all(seen)
+    assert not head._forward_pre_hooks  # removed after the call: training keeps its fast path
+
+
 def test_bf16_policies_generate_under_autocast(tok):
     """compute_dtype bfloat16: generation runs in bf16 (the log-probs differ from float32's by
     rounding only), and the model's own weights are left as they were."""
