@@ -32,6 +32,7 @@ RUNS = {
     "smoke": ["smoke", "train.steps=1", "eval.size=4"],
     "off_policy": ["smoke", "train.steps=1", "eval.size=0", "train.epochs=2", "train.minibatches=2"],
     "kl_entropy": ["smoke", "train.steps=1", "eval.size=0", "train.kl_beta=0.05", "train.entropy_alpha=0.01"],
+    "tis": ["smoke", "train.steps=1", "eval.size=0", "train.tis_cap=2.0", "model.dtype=bfloat16"],
     "dynamic": ["smoke", "eval.size=4", "eval.every=1", "train.steps=2",
                 "train.dynamic_sampling=true"],
     "testbed": ["testbed/k4", "train.steps=1", "train.epochs=2"],
@@ -61,6 +62,7 @@ def test_every_logged_key_is_declared_and_documented(logged_keys):
     assert {"approx_kl", "mismatch/kl", "rollout/tokens/generated", "grad_norm/shared"} <= logged_keys["smoke"]
     assert {"eval/accuracy", "eval/agent/solver"} <= logged_keys["smoke"]
     assert {"kl_ref", "entropy_bonus"} <= logged_keys["kl_entropy"]
+    assert {"mismatch/is_weight", "mismatch/is_truncated", "memory/peak_rss_gb"} <= logged_keys["tis"]
     assert {"rollout/dynamic/draws", "rollout/dynamic/dropped_tokens"} <= logged_keys["dynamic"]
     assert {"grad_norm/player_4_0_3", "sets/k4/count", "clip/k4/frac"} <= logged_keys["testbed"]
     assert undeclared(every) == []

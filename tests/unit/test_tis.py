@@ -111,3 +111,16 @@ def test_shape_of_the_weights_is_checked():
         _loss("set", torch.ones(3))
     with pytest.raises(ValueError, match="is_weights must be finite"):
         _loss("sequence", torch.tensor([1.0, float("nan"), 1.0]))
+
+
+def test_the_config_checks_the_cap_and_its_log_probs():
+    from pathlib import Path
+
+    from srpo.config import ConfigError, load_config
+
+    smoke = str(Path(__file__).resolve().parents[2] / "srpo" / "presets" / "smoke.yaml")
+    assert load_config(smoke, ["train.tis_cap=2.0"]).train.tis_cap == 2.0
+    with pytest.raises(ConfigError, match=r"train.tis_cap must be 0 \(off\) or >= 1"):
+        load_config(smoke, ["train.tis_cap=0.5"])
+    with pytest.raises(ConfigError, match="train.tis_cap needs rollout.record_logprobs: true"):
+        load_config(smoke, ["train.tis_cap=2.0", "rollout.record_logprobs=false"])
