@@ -179,9 +179,10 @@ def test_the_flat_keys_of_before_name_their_new_place(tmp_path, old, new):
 
 
 def test_selecting_another_engine_drops_the_old_ones_section():
-    default = load_config("default", check_machine=False)
+    ct2 = ["rollout.backend=ctranslate2"]
+    default = load_config(SMOKE, ct2, check_machine=False)
     assert to_dict(default)["rollout"]["ctranslate2"] == {"compute_type": "float32", "threads": None}
-    switched = load_config("default", ["rollout.backend=hf"], check_machine=False)
+    switched = load_config(SMOKE, [*ct2, "rollout.backend=hf"], check_machine=False)
     assert "ctranslate2" not in to_dict(switched)["rollout"]
     assert switched.rollout.settings_of("hf") == HFSettings()
     # a section given on the command line is kept, and so refused with the other engine
