@@ -22,7 +22,6 @@ from srpo.workflows.base import Workflow
 from srpo.workflows.registry import build_workflow
 
 
-
 def build_model(cfg: ModelConfig, device: str = "cpu", key: str = "model.name", *,
                 weights: str = "float32") -> tuple[Any, Any]:
     """(model, tokenizer) for a model section; nothing is downloaded. key: the section's
