@@ -145,6 +145,16 @@ def mean_over_steps(steps: Sequence[dict[str, float]]) -> dict[str, float]:
     return combine(steps, over="steps")
 
 
+# Metrics that measure the machine, not the run: two runs of one config (a resumed run and its
+# uninterrupted twin, the API and the CLI) agree on everything else, to the bit, on one machine.
+MACHINE_DEPENDENT = ("time/", "throughput/", "eval/seconds", "memory/")
+
+
+def run_dependent(row: dict[str, float]) -> dict[str, float]:
+    """row without its machine-dependent metrics (MACHINE_DEPENDENT): what reproducibility compares."""
+    return {k: v for k, v in row.items() if not k.startswith(MACHINE_DEPENDENT)}
+
+
 def peak_rss_gb() -> float:
     """The process's peak resident memory so far, in GiB (getrusage; Linux reports KiB, macOS
     bytes). Logged every step, so the step (or the model load and first evaluation, step 1) that

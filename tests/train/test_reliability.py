@@ -27,11 +27,11 @@ from srpo.train.checkpoint import (
 )
 from srpo.train.trainer import Trainer
 from srpo.workflows import build_workflow
+from srpo.train.metrics import run_dependent
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = str(REPO / "srpo" / "presets" / "smoke.yaml")
 QUIET = ["checkpoint.plots=false", "checkpoint.tensorboard=false", "train.threads=1"]
-VOLATILE = ("time/", "throughput/", "eval/seconds")
 
 
 def _rows(run: Path) -> list[dict]:
@@ -39,7 +39,7 @@ def _rows(run: Path) -> list[dict]:
 
 
 def _stable(rows: list[dict]) -> list[dict]:
-    return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows]
+    return [run_dependent(r) for r in rows]
 
 
 def _train(run: Path, *overrides: str) -> None:
