@@ -6,6 +6,7 @@ under no_grad and never changes the loss. Per-set-size keys use `k{size}`, overa
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -77,6 +78,61 @@ def ratio_clip_metrics(
         out[f"clip/{key}/frac_low"] = n_lo / cnt
         out[f"clip/{key}/frac_high"] = n_hi / cnt
         out[f"clip/{key}/frac"] = (n_lo + n_hi) / cnt
+    return out
+
+
+@torch.no_grad()
+def member_spread_metrics(
+    member_log_ratio: Tensor,
+    set_index: Tensor,
+    num_sets: int,
+    set_clipped: Tensor,
+    set_advantages: Tensor,
+    clip_low: float,
+    clip_high: float,
+    stopped: Tensor | None = None,
+) -> dict[str, float]:
+    """How far members move inside their set, over the sets of >= 2 members (set ratio unit).
+
+    member_log_ratio: [M] lbar_m = (1/L_m) sum_t delta_{m,t}; set_index: [M]; set_clipped: [S]
+    bool, the set clip stopped the set; set_advantages: [S]; clip_low, clip_high: the set's clip
+    range, here read as a range on each member's own ratio exp(lbar_m); stopped: [M] bool, the
+    members the member trust region stopped (None: it is off).
+
+    members/spread/inside, members/spread/clipped: mean over unclipped (clipped) sets of the RMS
+        deviation of lbar_m from the set's mean sqrt(mean_{m in S} (lbar_m - mean_S lbar)^2)
+    members/outside_share: among the members of unclipped sets, the share with exp(lbar_m)
+        outside [1 - eps_low, 1 + eps_high]
+    members/escaping_share: among them, the share outside on the side their set's advantage
+        pushes: still pushed further by the set surrogate, where a per-member clip would stop them
+    members/stopped_share: among them, the share the member trust region stopped
+    Keys with no set to average over are left out (combine() then averages the parts that have them).
+    """
+    lbar = member_log_ratio.detach().double()
+    size = torch.bincount(set_index, minlength=num_sets)  # [S]
+    multi = size >= 2  # [S]
+    if not bool(multi.any()):
+        return {}
+    set_mean = torch.zeros(num_sets, dtype=torch.float64, device=lbar.device).index_add(0, set_index, lbar)
+    set_mean = set_mean / size.clamp(min=1)
+    sq = torch.zeros_like(set_mean).index_add(0, set_index, (lbar - set_mean[set_index]) ** 2)
+    spread = (sq / size.clamp(min=1)).sqrt()  # [S]
+    out: dict[str, float] = {}
+    for key, sel in (("inside", multi & ~set_clipped), ("clipped", multi & set_clipped)):
+        if bool(sel.any()):
+            out[f"members/spread/{key}"] = float(spread[sel].mean())
+    inside_members = (multi & ~set_clipped)[set_index]  # [M]
+    n = int(inside_members.sum())
+    if n == 0:
+        return out
+    hi, lo = math.log1p(clip_high), math.log1p(-clip_low)
+    outside = (lbar > hi) | (lbar < lo)
+    adv = set_advantages.detach()[set_index]
+    escaping = ((adv > 0) & (lbar > hi)) | ((adv < 0) & (lbar < lo))
+    out["members/outside_share"] = float((outside & inside_members).sum()) / n
+    out["members/escaping_share"] = float((escaping & inside_members).sum()) / n
+    if stopped is not None:
+        out["members/stopped_share"] = float((stopped & inside_members).sum()) / n
     return out
 
 

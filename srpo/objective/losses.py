@@ -16,7 +16,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from srpo.objective.diagnostics import approx_kl_old_new, ratio_clip_metrics
+from srpo.objective.diagnostics import approx_kl_old_new, member_spread_metrics, ratio_clip_metrics
+from srpo.objective.member_trust import MemberClip, member_log_ratios, member_trust_delta
 from srpo.objective.reductions import check_reduction, set_log_ratio
 from srpo.objective.surrogate import DEFAULT_MAX_LOG_RATIO, SurrogateOut, clipped_surrogate
 from srpo.objective.validation import (
@@ -31,6 +32,8 @@ class SetLossOut(NamedTuple):
     loss: Tensor  # scalar -sum_S w_S J_S, differentiable w.r.t. logprobs
     set_log_ratio: Tensor  # [S] Lambda_S (differentiable)
     surrogate: SurrogateOut  # ratio, clip and clamp flags per set
+    member_log_ratio: Tensor  # [M] lbar_m, each member's own sequence log-ratio (detached)
+    stopped: Tensor | None  # [M] bool, members the member trust region stopped (None: off)
 
 
 def set_loss_kernel(
@@ -45,6 +48,7 @@ def set_loss_kernel(
     clip_low: float,
     clip_high: float,
     max_log_ratio: float = DEFAULT_MAX_LOG_RATIO,
+    member_clip: MemberClip | None = None,
 ) -> SetLossOut:
     """The one kernel of the setwise loss: loss = -sum_S w_S min(r_S A_S, clip(r_S) A_S).
 
@@ -54,13 +58,18 @@ def set_loss_kernel(
     micro-batch split exact). No validation here: callers validate once (the public
     `setwise_policy_loss`, or `unit_policy_loss` for the trainer). Every set loss in srpo (the
     trainer's SRPO, GSPO as singleton sets, the verl plugin) goes through this function.
+    member_clip: the member trust region (srpo.objective.member_trust): members whose own
+    sequence ratio is past it, on the side their set's advantage pushes, get no gradient.
     """
     num_sets = set_advantages.shape[0]
     delta = logprobs - old_logprobs.detach()  # [M, T]
+    stopped = None
+    if member_clip is not None:
+        delta, stopped = member_trust_delta(delta, mask, set_index, set_advantages, member_clip)
     lam = set_log_ratio(delta, mask, set_index, num_sets, reduction)  # [S]
     out = clipped_surrogate(lam, set_advantages.to(lam.dtype), clip_low, clip_high, max_log_ratio)
     loss = -(set_weights.to(lam.dtype) * out.objective).sum()
-    return SetLossOut(loss, lam, out)
+    return SetLossOut(loss, lam, out, member_log_ratios(delta.detach(), mask), stopped)
 
 
 def setwise_policy_loss(
@@ -134,6 +143,7 @@ class UnitLossSettings(NamedTuple):
     clip_high: float
     reduction: str = "mean"  # set unit only
     max_log_ratio: float = DEFAULT_MAX_LOG_RATIO
+    member_clip: MemberClip | None = None  # set unit only: the member trust region (None: off)
 
 
 class SetClip(NamedTuple):
@@ -166,13 +176,18 @@ def set_unit_loss(x: UnitLossInputs, cfg: UnitLossSettings) -> UnitLossOut:
     out = set_loss_kernel(
         x.logprobs, x.old_logprobs, x.mask, x.set_index, x.advantages, weights,
         reduction=cfg.reduction, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-        max_log_ratio=cfg.max_log_ratio,
+        max_log_ratio=cfg.max_log_ratio, member_clip=cfg.member_clip,
     )
     set_sizes = torch.bincount(x.set_index, minlength=x.num_sets)
     s = out.surrogate
     metrics = ratio_clip_metrics(out.set_log_ratio, s.ratio, s.clipped_low, s.clipped_high, s.clamped, set_sizes)
+    set_clipped = s.clipped_low | s.clipped_high  # [S]
+    metrics.update(member_spread_metrics(
+        out.member_log_ratio, x.set_index, x.num_sets, set_clipped, x.advantages,
+        cfg.clip_low, cfg.clip_high, stopped=out.stopped,
+    ))
     lam = out.set_log_ratio.detach() if cfg.reduction == "mean" else None
-    flags = (s.clipped_low | s.clipped_high).to(x.logprobs.dtype)  # [S]
+    flags = set_clipped.to(x.logprobs.dtype)  # [S]
     return UnitLossOut(out.loss, metrics, SetClip(flags, torch.ones_like(flags), lam))
 
 

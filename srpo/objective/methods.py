@@ -19,6 +19,8 @@ The table (docs/algorithms.md gives the math and the departures):
     method    ratio/clip unit        clip (low, high)  advantage unit, grouping        aggregation
     srpo      set (event reduction)  per reduction     set, (task) [or (task, event)]  set_mean
                                      (mean: 1e-2, 1.3e-2)
+    srpo_mtr  set + member trust     the set's, and    set, (task) [or (task, event)]  set_mean
+              region                 the same per member
     grpo      token                  0.2, 0.2          member, (task, agent)           seq_mean_token_mean
     dapo      token                  0.2, 0.28         member, (task, agent)           token_mean
     dr_grpo   token                  0.2, 0.2          member, (task, agent), no std   token_sum_norm
@@ -61,6 +63,7 @@ from srpo.objective.losses import (
     UnitLossSettings,
     unit_policy_loss,
 )
+from srpo.objective.member_trust import MemberClip
 from srpo.objective.reductions import check_reduction, set_log_ratio
 from srpo.objective.tis import tis_metrics, truncated_is_weights
 from srpo.objective.validation import check_clip
@@ -102,6 +105,10 @@ class MethodSpec:
     scale_keys: tuple[str, ...] | None = None  # scaling groups when they differ from group_keys
     norm_constant: float | None = None  # C of token_sum_norm (None: the step's padded T)
     max_log_ratio: float = 20.0  # clamp of the log-ratio before exp
+    # the member trust region of a set ratio (srpo.objective.member_trust): a member whose own
+    # sequence ratio is past (1 - low, 1 + high) on its advantage's side gets no gradient; None: off
+    member_clip_low: float | None = None
+    member_clip_high: float | None = None
 
     def __post_init__(self) -> None:
         # a YAML config gives lists (method_settings: {group_keys: [task, event]})
@@ -126,6 +133,22 @@ class MethodSpec:
         check_reduction(self.reduction)
         check_aggregation(self.aggregation)
         check_clip(self.clip_low, self.clip_high)
+        if (self.member_clip_low is None) != (self.member_clip_high is None):
+            raise ValueError(f"{self.name}: give both member_clip_low and member_clip_high, or neither")
+        if self.member_clip is not None:
+            if self.ratio_unit != "set":
+                raise ValueError(f"{self.name}: the member trust region (member_clip_low/high) bounds the "
+                                 f"members of a set ratio; ratio unit {self.ratio_unit!r} has no set ratio")
+            try:
+                check_clip(self.member_clip_low, self.member_clip_high)
+            except ValueError as err:
+                raise ValueError(f"{self.name}: member trust region: {str(err).replace('clip_', 'member_clip_')}") from None
+
+    @property
+    def member_clip(self) -> MemberClip | None:
+        if self.member_clip_low is None or self.member_clip_high is None:
+            return None
+        return MemberClip(float(self.member_clip_low), float(self.member_clip_high))
 
     def with_overrides(self, **overrides: Any) -> MethodSpec:
         """A copy with some fields changed (validated). Changing the reduction of a set method
@@ -151,10 +174,25 @@ def _srpo() -> MethodSpec:
     )
 
 
+# The member trust region's default range (srpo_mtr): MEMBER_CLIP_SCALE times the set's own range.
+MEMBER_CLIP_SCALE = 1.0
+
+
+def _srpo_mtr() -> MethodSpec:
+    low, high = SET_CLIP_DEFAULTS["mean"]
+    return replace(
+        _srpo(), name="srpo_mtr",
+        description="SRPO with a member trust region: the set's ratio, clip and advantage, and a member "
+                    "stops when its own ratio leaves the range on its advantage's side",
+        member_clip_low=MEMBER_CLIP_SCALE * low, member_clip_high=MEMBER_CLIP_SCALE * high,
+    )
+
+
 METHODS: dict[str, MethodSpec] = {
     spec.name: spec
     for spec in (
         _srpo(),
+        _srpo_mtr(),
         MethodSpec(
             name="grpo", description="GRPO applied to each member independently (token ratio and clip)",
             ratio_unit="token", clip_low=0.2, clip_high=0.2,
@@ -446,7 +484,7 @@ def method_loss(
                                    batch.response_mask, batch.set_index, batch.num_sets,
                                    cap=tis_cap, reduction=spec.reduction)
         x = x._replace(is_weights=tis.weights)
-    cfg = UnitLossSettings(spec.clip_low, spec.clip_high, spec.reduction, spec.max_log_ratio)
+    cfg = UnitLossSettings(spec.clip_low, spec.clip_high, spec.reduction, spec.max_log_ratio, spec.member_clip)
     out = unit_policy_loss(spec.ratio_unit, x, cfg)
     loss, metrics = out.loss, out.metrics
     if tis is not None:

@@ -51,7 +51,9 @@ METRICS: tuple[Metric, ...] = tuple(
     + _declare("loss", "mean",
                "ratio/{k}/log_mean", "ratio/{k}/log_std", "ratio/{k}/mean",
                "clip/{k}/frac", "clip/{k}/frac_low", "clip/{k}/frac_high",
-               "set_ratio/{k}/log_mean", "set_ratio/{k}/log_std", "approx_kl")
+               "set_ratio/{k}/log_mean", "set_ratio/{k}/log_std", "approx_kl",
+               "members/spread/{which}", "members/outside_share", "members/escaping_share",
+               "members/stopped_share")
     # the training forward, per micro-batch (srpo.train.update.forward_diagnostics)
     + _declare("forward", "mean", "entropy", "mismatch/kl", "mismatch/abs_diff")
     + _declare("loss", "mean", "mismatch/is_weight", "mismatch/is_truncated")
