@@ -127,6 +127,20 @@ def bootstrap_ci(xs: Sequence[float], draws: int = BOOTSTRAP_DRAWS, seed: int = 
     return means[int(0.025 * draws)], means[int(0.975 * draws) - 1]
 
 
+def bootstrap_diff_ci(a: Sequence[float], b: Sequence[float], level: float = 0.95,
+                      draws: int = 10_000, seed: int = 0) -> tuple[float, float, float]:
+    """mean(a) - mean(b) and its percentile bootstrap interval at `level` (two independent
+    samples, each resampled within itself): (point, low, high)."""
+    if not a or not b:
+        raise ValueError("bootstrap_diff_ci needs values in both samples")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    rng = random.Random(seed)
+    diffs = sorted(mean([rng.choice(a) for _ in a]) - mean([rng.choice(b) for _ in b]) for _ in range(draws))
+    tail = (1 - level) / 2
+    return mean(a) - mean(b), diffs[int(tail * draws)], diffs[int((1 - tail) * draws) - 1]
+
+
 def slope(xs: Sequence[float], ys: Sequence[float]) -> float:
     """Least-squares slope of ys on xs."""
     mx, my = mean(xs), mean(ys)

@@ -4,6 +4,7 @@ import pytest
 
 from srpo.train.stats import (
     bootstrap_ci,
+    bootstrap_diff_ci,
     fisher_one_sided,
     holm,
     log_log_slope_ci,
@@ -113,3 +114,15 @@ def test_log_log_slope_of_a_power_law():
 def test_mann_whitney_separated_samples():
     # 5 vs 5 with no overlap: exact two-sided p = 2 / C(10, 5) = 2 / 252
     assert mann_whitney_p([6, 7, 8, 9, 10], [1, 2, 3, 4, 5]) == pytest.approx(2 / 252)
+
+
+def test_bootstrap_diff_ci_brackets_the_difference_and_narrows_with_n():
+    a, b = [1.0, 0.9, 0.8, 1.0], [0.5, 0.6, 0.7, 0.5]
+    point, lo, hi = bootstrap_diff_ci(a, b)
+    assert point == pytest.approx(0.925 - 0.575)
+    assert lo <= point <= hi and lo > 0  # every resample of a is above every resample of b
+    assert bootstrap_diff_ci([0.5] * 5, [0.5] * 5) == (0.0, 0.0, 0.0)
+    wide = bootstrap_diff_ci(a, b, level=0.99)
+    assert wide[1] <= lo and wide[2] >= hi
+    with pytest.raises(ValueError, match="both samples"):
+        bootstrap_diff_ci([], b)
