@@ -8,18 +8,19 @@ import argparse
 def methods_command(args: argparse.Namespace) -> int:
     from srpo.objective.methods import METHODS
 
-    header = f"{'method':<9} {'ratio/clip':<10} {'clip':<13} {'advantage (unit: groups)':<36} aggregation"
+    header = f"{'method':<9} {'ratio/clip':<13} {'clip':<13} {'advantage (unit: groups)':<36} aggregation"
     print(header)
     print("-" * len(header))
     for spec in METHODS.values():
         ratio = spec.ratio_unit + (f"/{spec.reduction}" if spec.ratio_unit == "set" else "")
+        ratio += "+mtr" if spec.member_clip is not None else ""  # a member trust region too
         adv = f"{spec.advantage_unit}: {','.join(spec.group_keys)}"
         if spec.scale_keys:
             adv += f" (std by {','.join(spec.scale_keys)})"
         if spec.scale == "none":
             adv += " (no std)"
         clip = f"{spec.clip_low:g}/{spec.clip_high:g}"
-        print(f"{spec.name:<9} {ratio:<10} {clip:<13} {adv:<36} {spec.aggregation}")
+        print(f"{spec.name:<9} {ratio:<13} {clip:<13} {adv:<36} {spec.aggregation}")
     if args.verbose:
         print()
         for spec in METHODS.values():

@@ -132,10 +132,15 @@ def h8(records: Records, planned: dict[tuple, int]) -> dict[str, Any]:
     return out
 
 
-def e2(records: Records) -> dict[str, Any]:
+def e2(records: Records, planned: dict[tuple, int]) -> dict[str, Any]:
     """Exploratory: srpo_mtr with (task, event) groups against srpo_event and grpo (95% intervals)."""
     out: dict[str, Any] = {}
     for lv in ("r1", "r4"):
+        keys = [("credit_mtr", "rounds", lv, "srpo_mtr_event")] + [
+            ("credit_event", "rounds", lv, m) for m in ("srpo_event", "grpo")]
+        if not all(_complete(records, planned, k) for k in keys):
+            out[lv] = "not run yet"
+            continue
         mtr = _finals(records, "credit_mtr", "rounds", lv, "srpo_mtr_event")
         row: dict[str, Any] = {"srpo_mtr_event": mean(mtr) if mtr else None}
         for other in ("srpo_event", "grpo"):
@@ -166,7 +171,7 @@ def write_report(spec: StudySpec) -> str:
     records, planned = load_records(spec)
     summaries = {key: cell_summary(records.get(key, []), n) for key, n in planned.items()}
     hypotheses = {"M1": m1(records, planned), "H7": h7(records, planned), "H8": h8(records, planned)}
-    exploratory = {"E2": e2(records),
+    exploratory = {"E2": e2(records, planned),
                    "escaping_by_update": {m: mechanism_by_update(records, m) for m in ("srpo_mean", "srpo_mtr")},
                    "srpo_mtr_mechanism": mechanism_by_group(_stress_runs(records, "srpo_mtr"))}
     done = sum(len(v) for v in records.values())

@@ -102,3 +102,19 @@ def test_one_real_run_records_the_member_metrics(tmp_path):
     stopped = [v for v in record["series"]["members/stopped_share"] if v is not None]
     escaping = [v for v in record["series"]["members/escaping_share"] if v is not None]
     assert stopped and escaping and all(0.0 <= v <= 1.0 for v in stopped + escaping)
+
+
+RESULTS = REPO / "results" / "srpo-reuse"
+
+
+def test_the_committed_archive_reproduces_the_committed_analysis(tmp_path):
+    """results/srpo-reuse/runs.jsonl.gz holds all 400 records; the analysis read from it writes
+    the committed analysis.md and analysis.json byte for byte."""
+    import shutil
+
+    shutil.copy(RESULTS / "runs.jsonl.gz", tmp_path / "runs.jsonl.gz")
+    spec = dataclasses.replace(load_spec(SPEC), output=tmp_path)
+    text = write_report(spec)
+    assert "Runs done: 400 of 400 planned" in text
+    for name in ("analysis.md", "analysis.json"):
+        assert (tmp_path / name).read_text() == (RESULTS / name).read_text(), name
