@@ -12,6 +12,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from srpo.objective.member_trust import members_past_bound
+
 
 def _moments(x: Tensor) -> tuple[float, float]:
     """Mean and unbiased std (0 for fewer than 2 values)."""
@@ -125,10 +127,8 @@ def member_spread_metrics(
     n = int(inside_members.sum())
     if n == 0:
         return out
-    hi, lo = math.log1p(clip_high), math.log1p(-clip_low)
-    outside = (lbar > hi) | (lbar < lo)
-    adv = set_advantages.detach()[set_index]
-    escaping = ((adv > 0) & (lbar > hi)) | ((adv < 0) & (lbar < lo))
+    outside = (lbar > math.log1p(clip_high)) | (lbar < math.log1p(-clip_low))
+    escaping = members_past_bound(lbar, set_advantages.detach()[set_index].double(), clip_low, clip_high)
     out["members/outside_share"] = float((outside & inside_members).sum()) / n
     out["members/escaping_share"] = float((escaping & inside_members).sum()) / n
     if stopped is not None:

@@ -63,13 +63,14 @@ def set_loss_kernel(
     """
     num_sets = set_advantages.shape[0]
     delta = logprobs - old_logprobs.detach()  # [M, T]
+    lbar = member_log_ratios(delta.detach(), mask)  # [M]
     stopped = None
     if member_clip is not None:
-        delta, stopped = member_trust_delta(delta, mask, set_index, set_advantages, member_clip)
+        delta, stopped = member_trust_delta(delta, lbar, set_index, set_advantages, member_clip)
     lam = set_log_ratio(delta, mask, set_index, num_sets, reduction)  # [S]
     out = clipped_surrogate(lam, set_advantages.to(lam.dtype), clip_low, clip_high, max_log_ratio)
     loss = -(set_weights.to(lam.dtype) * out.objective).sum()
-    return SetLossOut(loss, lam, out, member_log_ratios(delta.detach(), mask), stopped)
+    return SetLossOut(loss, lam, out, lbar, stopped)
 
 
 def setwise_policy_loss(

@@ -51,13 +51,13 @@ def members_past_bound(member_lr: Tensor, member_adv: Tensor, low: float, high: 
 
 
 def member_trust_delta(
-    delta: Tensor, mask: Tensor, set_index: Tensor, set_advantages: Tensor, clip: MemberClip
+    delta: Tensor, lbar: Tensor, set_index: Tensor, set_advantages: Tensor, clip: MemberClip
 ) -> tuple[Tensor, Tensor]:
     """delta with the stopped members' rows detached, and the [M] bool stopped mask.
 
-    delta: [M, T]; mask: [M, T] bool; set_index: [M]; set_advantages: [S]. The returned delta has
-    the same values (so Lambda_S is unchanged); its gradient is zero on the stopped rows.
+    delta: [M, T]; lbar: [M] member_log_ratios(delta) (detached); set_index: [M];
+    set_advantages: [S]. The returned delta has the same values (so Lambda_S is unchanged); its
+    gradient is zero on the stopped rows.
     """
-    lbar = member_log_ratios(delta.detach(), mask)  # [M]
     stopped = members_past_bound(lbar, set_advantages[set_index].to(lbar.dtype), clip.low, clip.high)
     return torch.where(stopped.unsqueeze(-1), delta.detach(), delta), stopped

@@ -140,9 +140,9 @@ class MethodSpec:
                 raise ValueError(f"{self.name}: the member trust region (member_clip_low/high) bounds the "
                                  f"members of a set ratio; ratio unit {self.ratio_unit!r} has no set ratio")
             try:
-                check_clip(self.member_clip_low, self.member_clip_high)
+                check_clip(self.member_clip_low, self.member_clip_high, name="member_clip")
             except ValueError as err:
-                raise ValueError(f"{self.name}: member trust region: {str(err).replace('clip_', 'member_clip_')}") from None
+                raise ValueError(f"{self.name}: member trust region: {err}") from None
 
     @property
     def member_clip(self) -> MemberClip | None:
@@ -174,17 +174,14 @@ def _srpo() -> MethodSpec:
     )
 
 
-# The member trust region's default range (srpo_mtr): MEMBER_CLIP_SCALE times the set's own range.
-MEMBER_CLIP_SCALE = 1.0
-
-
 def _srpo_mtr() -> MethodSpec:
+    """SRPO with the member trust region; the member range is the set's own (docs/algorithms.md)."""
     low, high = SET_CLIP_DEFAULTS["mean"]
     return replace(
         _srpo(), name="srpo_mtr",
         description="SRPO with a member trust region: the set's ratio, clip and advantage, and a member "
                     "stops when its own ratio leaves the range on its advantage's side",
-        member_clip_low=MEMBER_CLIP_SCALE * low, member_clip_high=MEMBER_CLIP_SCALE * high,
+        member_clip_low=low, member_clip_high=high,
     )
 
 

@@ -87,8 +87,9 @@ def check_finite_vector(values: Tensor, name: str, length: int | None = None) ->
         raise ValueError(f"{name} has NaN/inf at positions {bad.nonzero().flatten()[:8].tolist()}")
 
 
-def check_clip(clip_low: float, clip_high: float) -> None:
+def check_clip(clip_low: float, clip_high: float, name: str = "clip") -> None:
+    """A clip range (1 - low, 1 + high); `name` is the settings' prefix the message names."""
     if not (0.0 <= clip_low < 1.0):
-        raise ValueError(f"clip_low must be in [0, 1), got {clip_low}")
+        raise ValueError(f"{name}_low must be in [0, 1), got {clip_low}")
     if not clip_high >= 0.0:
-        raise ValueError(f"clip_high must be >= 0, got {clip_high}")
+        raise ValueError(f"{name}_high must be >= 0, got {clip_high}")

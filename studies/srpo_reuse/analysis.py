@@ -11,15 +11,20 @@ done is reported as "not run yet", never tested on part of its seeds.
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from srpo.study.spec import StudySpec, load_spec
+from srpo.study.spec import StudySpec
 from srpo.train.stats import bootstrap_diff_ci, fisher_one_sided, holm, mann_whitney_p, mean
-from studies.testbed_mechanism.analysis import _complete, _rounded, cell_summary, cell_table, load_records
+from studies.testbed_mechanism.analysis import (
+    _complete,
+    _rounded,
+    analysis_main,
+    cell_summary,
+    cell_table,
+    load_records,
+)
 
 SPEC = "studies/srpo_reuse/spec.yaml"
 STRESS = ("r16", "r4_lr3")  # M1, H7: the stress levels, pooled
@@ -195,17 +200,8 @@ def write_report(spec: StudySpec) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m studies.srpo_reuse.analysis", description=__doc__.splitlines()[0])
-    p.add_argument("--spec", default=SPEC, help=f"the study's spec (default {SPEC})")
-    p.add_argument("--output", default=None, help="read and write here instead of the spec's output")
-    args = p.parse_args(argv)
-    spec = load_spec(args.spec)
-    if args.output is not None:
-        import dataclasses
-
-        spec = dataclasses.replace(spec, output=Path(args.output))
-    print(write_report(spec))
-    return 0
+    return analysis_main(argv, module="studies.srpo_reuse.analysis", description=__doc__.splitlines()[0],
+                         default_spec=SPEC, write=write_report)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import argparse
 import json
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -311,10 +311,11 @@ def _rounded(x: Any) -> Any:
     return x
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m studies.testbed_mechanism.analysis",
-                                description=__doc__.splitlines()[0])
-    p.add_argument("--spec", default=SPEC, help=f"the study's spec (default {SPEC})")
+def analysis_main(argv: Sequence[str] | None, *, module: str, description: str, default_spec: str,
+                  write: Callable[[StudySpec], str]) -> int:
+    """The command line of a series study's analysis: --spec, --output; prints the report."""
+    p = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
+    p.add_argument("--spec", default=default_spec, help=f"the study's spec (default {default_spec})")
     p.add_argument("--output", default=None, help="read and write here instead of the spec's output")
     args = p.parse_args(argv)
     spec = load_spec(args.spec)
@@ -322,8 +323,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         import dataclasses
 
         spec = dataclasses.replace(spec, output=Path(args.output))
-    print(write_report(spec))
+    print(write(spec))
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return analysis_main(argv, module="studies.testbed_mechanism.analysis", description=__doc__.splitlines()[0],
+                         default_spec=SPEC, write=write_report)
 
 
 if __name__ == "__main__":
