@@ -234,6 +234,32 @@ def test_search_parallel_reads_merged_results_and_answers_at_the_last_round():
     assert "Reply with the answer as <answer>" in prompts[1]  # the last round must answer
 
 
+def test_search_parallel_round_one_prompt_and_read_instructions_are_settings():
+    writer_prompts, reader_prompts = [], []
+
+    def script(req):
+        if req.agent == "answerer":
+            reader_prompts.append(seen(req))
+            return "no idea"
+        writer_prompts.append(seen(req))
+        return "<search>Ilsa Marr born</search>"
+
+    params = {"k": 2, "rounds": 2, "first_query_prompt": "FIRST: {question}",
+              "more_instruction": "MORE-NOW", "final_instruction": "FINAL-NOW"}
+    run("search_parallel", script, params, n=1, group_size=1)
+    assert len(writer_prompts) == 4 and len(reader_prompts) == 2
+    # round 1 (two writers) reads first_query_prompt; round 2 falls back to query_prompt
+    assert all("FIRST: Where was the founder" in p for p in writer_prompts[:2])
+    assert not any("FIRST:" in p for p in writer_prompts[2:])
+    assert "MORE-NOW" in reader_prompts[0] and "FINAL-NOW" not in reader_prompts[0]
+    assert "FINAL-NOW" in reader_prompts[1] and "MORE-NOW" not in reader_prompts[1]
+
+
+def test_search_parallel_first_query_prompt_may_only_name_the_question():
+    with pytest.raises(ValueError, match="first_query_prompt.*found"):
+        build_workflow("search_parallel", {"first_query_prompt": "{question} {found}"})
+
+
 def test_search_parallel_invalid_queries_are_counted_and_kept_in_the_set():
     def script(req):
         if req.agent == "answerer":
@@ -548,6 +574,29 @@ def test_cover_component_credits_answers_that_contain_the_gold_and_can_define_su
     assert result.correct == [False, False]
     with pytest.raises(ValueError, match="not a reward component"):
         evaluate(runner, wf, make_tasks(2), success_component="bleu")
+
+
+def test_score_metadata_reads_an_untagged_answer_as_the_reward_does():
+    """With plain_text_fallback the reward reads an untagged reply's first line; the episode's
+    score_* metadata must read it the same way (it once scored the tags only: cover 0 while the
+    reward's cover was 1)."""
+    def plain(req):
+        if req.agent == "query_writer":
+            return "Veltra founder"
+        return "It was Kessel.\nmore text"
+
+    runner, _ = runner_for(plain)
+    runner.reward_fn = SearchReward(em_weight=1.0, f1_weight=1.0, format_weight=0.1,
+                                    cover_weight=1.0, plain_text_fallback=True)
+    wf = build_workflow("search_parallel", {"k": 2, "rounds": 1}).with_environment(
+        search_env(plain_text_fallback=True))
+    (ep,) = runner.run(make_tasks(1), wf, group_size=1).episodes
+    # normalized "it was kessel" has 3 tokens, one shared: precision 1/3, recall 1
+    f1 = 2 * (1 / 3) * 1 / (1 / 3 + 1)
+    assert ep.reward_components == pytest.approx({"em": 0.0, "f1": f1, "cover": 1.0, "format": 0.0})
+    md = ep.metadata
+    assert (md["score_em"], md["score_cover"], md["score_format"]) == (0.0, 1.0, 0.0)
+    assert md["score_f1"] == pytest.approx(f1)
 
 
 def test_an_empty_question_in_a_search_file_is_refused_before_any_model(tmp_path, monkeypatch):

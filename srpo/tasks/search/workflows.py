@@ -138,14 +138,17 @@ def _positive(where: str, value: Any, *, none_ok: bool = False) -> None:
         raise ValueError(f"{where} must be an int >= 1, got {value!r}")
 
 
-def _finish(task: Task, ctx: EpisodeContext, stats: SearchStats, answer: Output | str,
-            agent: str) -> RewardComponents:
-    """Score the answer; record the search counts and the unweighted answer scores."""
+def _finish(task: Task, ctx: EpisodeContext, env: SearchEnv, stats: SearchStats,
+            answer: Output | str, agent: str) -> RewardComponents:
+    """Score the answer; record the search counts and the unweighted answer scores, read as the
+    reward reads them (an untagged reply answers with its first line under plain_text_fallback,
+    which task.search sets for the environment and the reward alike)."""
     components = ctx.score(answer, agent=agent)
     ctx.metadata.update(stats.metadata(task.metadata))
     if task.answer is not None:
         text = answer.text if isinstance(answer, Output) else answer
-        ctx.metadata.update({f"score_{k}": v for k, v in answer_scores(task, text).items()})
+        scores = answer_scores(task, text, plain_text_fallback=env.plain_text_fallback)
+        ctx.metadata.update({f"score_{k}": v for k, v in scores.items()})
     return components
 
 
@@ -227,7 +230,7 @@ class SearchSingle(_SearchRoles):
                                       self.prompt.format(question=task.prompt), stats,
                                       self.max_turns or env.max_turns)
         ctx.transition("search", [loop.output])
-        return _finish(task, ctx, stats, loop.generated, self.searcher)
+        return _finish(task, ctx, env, stats, loop.generated, self.searcher)
 
 
 @dataclass
@@ -254,8 +257,9 @@ class SearchParallel(_SearchRoles):
           of an episode sum to its recall_at_k. Recorded as metadata retrieval_credit_r<r>
           (rounds that ran) and retrieval_credit_total (their sum). A task without
           supporting_doc_ids is an error (never a silent 0).
-    query_prompt fields: {question}, {found}, {note}; read_prompt: {question}, {information},
-    {instruction}.
+    query_prompt fields: {question}, {found}, {note}; first_query_prompt (round 1, when given;
+    nothing is found yet): {question}; read_prompt: {question}, {information}, {instruction},
+    where {instruction} is more_instruction, or final_instruction in the last round.
     """
 
     k: int = 3
@@ -264,7 +268,10 @@ class SearchParallel(_SearchRoles):
     answerer: str = "answerer"
     rounds: int = 2
     query_prompt: str = QUERY_PROMPT
+    first_query_prompt: str | None = None  # round 1's query prompt (None: query_prompt)
     read_prompt: str = READ_PROMPT
+    more_instruction: str = MORE_INSTRUCTION  # {instruction} of every read but the last
+    final_instruction: str = FINAL_INSTRUCTION  # {instruction} of the last round's read
     credit: str = "episode"  # "episode" | "retrieval" (see the class doc)
     credit_hit_weight: float = 0.0  # w in [0, 1]: credit = (1 - w) * recall gain + w * any hit
     env: SearchEnv | None = None
@@ -296,6 +303,9 @@ class SearchParallel(_SearchRoles):
                              f"retrieval (credit is {self.credit!r})")
         check_template(self.query_prompt, ["question", "found", "note"],
                        where="search_parallel.query_prompt")
+        if self.first_query_prompt is not None:
+            check_template(self.first_query_prompt, ["question"],
+                           where="search_parallel.first_query_prompt")
         check_template(self.read_prompt, ["question", "information", "instruction"],
                        where="search_parallel.read_prompt")
         _check_env(self.env, "search_parallel")
@@ -339,7 +349,10 @@ class SearchParallel(_SearchRoles):
         found, note = "(nothing yet)", "everything"
         credits: list[float] = []
         for r in range(1, self.rounds + 1):
-            prompt = self.query_prompt.format(question=q, found=found, note=note)
+            if r == 1 and self.first_query_prompt is not None:
+                prompt = self.first_query_prompt.format(question=q)
+            else:
+                prompt = self.query_prompt.format(question=q, found=found, note=note)
             writers = yield [Request(w, prompt) for w in self.slots]
             queries: list[str] = []
             for out in writers:
@@ -366,7 +379,7 @@ class SearchParallel(_SearchRoles):
             last = r == self.rounds
             reader = yield Request(self.answerer, self.read_prompt.format(
                 question=q, information=found,
-                instruction=FINAL_INSTRUCTION if last else MORE_INSTRUCTION))
+                instruction=self.final_instruction if last else self.more_instruction))
             ctx.transition(f"read-{r}", [reader])
             if parse_turn(reader.text).answer is not None:
                 break
@@ -376,7 +389,7 @@ class SearchParallel(_SearchRoles):
         ctx.metadata["search_rounds"] = r
         if gold is not None:
             ctx.metadata["retrieval_credit_total"] = sum(credits)
-        return _finish(task, ctx, stats, reader, self.answerer)
+        return _finish(task, ctx, env, stats, reader, self.answerer)
 
 
 @dataclass
@@ -443,7 +456,7 @@ class SearchPlanner(_SearchRoles):
             question=q, subquestions=subquestions, information=env.information(stats).strip(),
             findings=loop.answer if loop.answer else "(none)"))
         ctx.transition("answer", [final])
-        return _finish(task, ctx, stats, final, self.answerer)
+        return _finish(task, ctx, env, stats, final, self.answerer)
 
 
 @dataclass
@@ -506,7 +519,7 @@ class SearchRouted(_SearchRoles):
         return dataclasses.replace(self, env=env)
 
     def run(self, task: Task, ctx: EpisodeContext) -> WorkflowRun:
-        _need_env(self.env, self.name)
+        env = _need_env(self.env, self.name)
         route = yield Request(self.router,
                               self.route_prompt.format(question=task.prompt, k=self.k))
         ctx.transition("route", [route])
@@ -528,7 +541,7 @@ class SearchRouted(_SearchRoles):
         else:
             final = yield Request(self.answerer, self.direct_prompt.format(question=task.prompt))
             ctx.transition("answer", [final])
-            components = _finish(task, ctx, SearchStats(), final, self.answerer)
+            components = _finish(task, ctx, env, SearchStats(), final, self.answerer)
         return {**components, "route_penalty": penalty}
 
 
