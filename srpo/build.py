@@ -121,8 +121,11 @@ def build_agents(cfg: Config, workflow: Workflow | None = None) -> dict[str, Age
         sampling = dict(fields.pop("sampling", {}))
         configured = cfg.agents.get(name)
         if configured is not None:
-            given = {k: getattr(configured, k) for k in ("policy", "system_prompt", "template")}
+            given = {k: getattr(configured, k)
+                     for k in ("policy", "system_prompt", "template", "examples")}
             fields.update({k: v for k, v in given.items() if v is not None})
+            if "examples" in fields:
+                fields["examples"] = tuple(tuple(pair) for pair in fields["examples"])
             sampling.update(configured.sampling)
         policy = fields.pop("policy", None)
         if policy is None and "shared" in cfg.policies.names:

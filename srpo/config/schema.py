@@ -179,9 +179,15 @@ class AgentConfig(_Section):
     system_prompt: str | None = None  # its system turn ("" = none; SmolLM2's template then adds its own)
     template: str | None = None  # its user turn; {input} = what the workflow asks (default "{input}")
     sampling: dict[str, Any] = Field(default_factory=dict)  # overrides of `sampling` fields
+    # few-shot demonstrations [[user, assistant], ...], chat turns before the request (null: none)
+    examples: list[list[str]] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Self:
+        for i, pair in enumerate(self.examples or []):
+            if len(pair) != 2 or not all(text.strip() for text in pair):
+                raise ValueError(f"examples[{i}]: must be [user, assistant], both turns "
+                                  f"non-empty, got {pair!r}")
         if self.template is not None:
             try:
                 check_template(self.template, ["input"], where="agent template")

@@ -78,6 +78,10 @@ class AgentSpec:
         what that means: SmolLM2's inserts its default system prompt).
     template: format string of its user turn; `{input}` is replaced by what the workflow asks.
     sampling: this role's sampling settings.
+    examples: few-shot demonstrations, ((user, assistant), ...): chat turns put after the system
+        turn and before the request, shown verbatim (the template is not applied to them). A
+        small model follows a reply format it has seen answered far more often than one it is
+        only told about (docs/search.md measures it). They are prompt, never trained on.
     """
 
     name: str
@@ -85,6 +89,7 @@ class AgentSpec:
     system_prompt: str = ""
     template: str = "{input}"
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    examples: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -92,12 +97,24 @@ class AgentSpec:
         if not self.policy or not isinstance(self.policy, str):
             raise ValueError(f"agent {self.name!r}: policy must be a non-empty string")
         check_template(self.template, ["input"], where=f"agent {self.name!r}")
+        examples = tuple(tuple(pair) if isinstance(pair, (list, tuple)) else pair
+                         for pair in self.examples)
+        for i, pair in enumerate(examples):
+            if not (isinstance(pair, tuple) and len(pair) == 2
+                    and all(isinstance(text, str) and text.strip() for text in pair)):
+                raise ValueError(
+                    f"agent {self.name!r}: examples[{i}] must be a pair of non-empty strings "
+                    f"[user, assistant], got {pair!r}"
+                )
+        object.__setattr__(self, "examples", examples)
 
     def messages(self, request: str | Sequence[Mapping[str, str]]) -> list[Message]:
         """The full chat this agent is conditioned on for a workflow request.
 
         request: a string (the content of one user turn), or a list of chat turns; the template
-        is applied to the content of the last user turn, and the system prompt is put first.
+        is applied to the content of the last user turn, the examples' turns go before the
+        request, and the system prompt is put first:
+            [system] + [user_1, assistant_1, ...] + request turns
         """
         if isinstance(request, str):
             turns: list[Message] = [{"role": "user", "content": request}]
@@ -120,6 +137,9 @@ class AgentSpec:
         last = users[-1]
         content = self.template.format(input=turns[last]["content"])
         turns[last] = {"role": "user", "content": content}
+        shown = [{"role": role, "content": text}
+                 for pair in self.examples for role, text in zip(("user", "assistant"), pair)]
+        turns = shown + turns
         if self.system_prompt:
             turns.insert(0, {"role": "system", "content": self.system_prompt})
         return turns
