@@ -30,7 +30,8 @@ def test_preset_loads_and_its_workflow_has_its_agents(path, monkeypatch):
     assert not missing, f"{path.name}: workflow {wf.name} needs agents {missing}"
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "srpo" / "presets" / "math").glob("*.yaml")) + [DEFAULT_CONFIG],
+@pytest.mark.parametrize("path", sorted((REPO / "srpo" / "presets" / "math").glob("*.yaml"))
+                         + [DEFAULT_CONFIG, REPO / "srpo" / "presets" / "search" / "world.yaml"],
                          ids=lambda p: p.stem)
 def test_preset_trains_one_step_on_a_tiny_model(path, tmp_path):
     if "search" in path.name:
