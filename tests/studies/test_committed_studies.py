@@ -17,7 +17,8 @@ SPECS = sorted(p for p in (ROOT / "studies").glob("*/*.yaml") if p.parent.name !
 
 def test_every_study_folder_has_a_spec_and_a_readme():
     folders = [d for d in (ROOT / "studies").iterdir() if d.is_dir() and d.name not in ("configs", "__pycache__")]
-    assert {d.name for d in folders} == {"testbed_mechanism", "llm_offpolicy", "cpu_onpolicy", "srpo_reuse"}
+    assert {d.name for d in folders} == {"testbed_mechanism", "llm_offpolicy", "cpu_onpolicy", "srpo_reuse",
+                                            "search_credit"}
     for d in folders:
         assert (d / "README.md").is_file() and list(d.glob("*.yaml")), d
 

@@ -1,0 +1,1 @@
+"""The search credit study (README.md beside this file)."""
