@@ -41,8 +41,8 @@ from srpo.study.spec import load_spec
 from srpo.train.episodes_log import read_records
 from srpo.train.stats import holm, paired_comparison, t_interval
 
-# The LLM off-policy study's cell index and degradation rule, shared so both studies judge alike.
-from studies.llm_offpolicy.analysis import Cells, degraded
+# The LLM off-policy study's cell index, planned cells and degradation rule, shared so both studies judge alike.
+from studies.llm_offpolicy.analysis import Cells, _planned, degraded
 
 SETTING = "search-world"
 REFERENCE = "srpo"
@@ -199,9 +199,7 @@ def per_method(cells: Cells, seeds: Sequence[int]) -> dict[str, Any]:
 
 def analyse(spec_path: Path = DEFAULT_SPEC) -> dict[str, Any]:
     spec = load_spec(spec_path)
-    planned = [(s.name, m.name, seed) for s in spec.settings for m in spec.methods for seed in spec.seeds]
-    planned += [(s.name, "base", seed) for s in spec.settings for seed in spec.seeds]
-    cells = Cells(load_runs(spec), planned, spec.output)
+    cells = Cells(load_runs(spec), _planned(spec), spec.output)
     seeds = list(spec.seeds)
     return {"spec": str(spec_path), "seeds": seeds, "missing": cells.missing,
             "tests": credit_tests(cells, seeds), "per_method": per_method(cells, seeds)}
