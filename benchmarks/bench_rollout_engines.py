@@ -210,8 +210,11 @@ def bench_eval(args) -> None:
 
 
 def bench_update(args) -> None:
-    """The update's forward + backward over one default-job rollout batch, per precision."""
-    from srpo.batch import build_flat_batch
+    """The update's forward + backward over one default-job rollout batch, per precision, with
+    each distinct prompt run once (train.share_prompt_forward, the default) and every row whole,
+    in the trainer's micro-batches (pack_sets at the preset's micro_batch_tokens); the modes
+    alternate repeat by repeat after one warm-up each."""
+    from srpo.batch import build_flat_batch, pack_sets
 
     cfg = load_config(PRESET, overrides("hf", args.threads))
     cache: dict = {}
@@ -222,27 +225,48 @@ def bench_update(args) -> None:
     episodes = runner.run(tasks, workflow, group_size=cfg.group_size).episodes
     tok = p32[p32.names[0]].tokenizer
     batch = build_flat_batch(episodes, tok.pad_token_id)
+    packs = pack_sets(batch, cfg.train.micro_batch_tokens)
+    prompt_tokens = int(batch.attention_mask[:, :batch.prompt_length].sum())
     print(f"\n6. update forward + backward over one rollout batch ({batch.num_members} members, "
-          f"{int(batch.response_mask.sum())} response tokens), median of {args.repeats}")
-    grads, secs = {}, {}
+          f"{prompt_tokens} prompt and {int(batch.response_mask.sum())} response tokens, "
+          f"{len(packs)} micro-batches of <= {cfg.train.micro_batch_tokens} tokens), median of {args.repeats}")
+    modes = [(dtype, share) for dtype in ("float32", "bfloat16") for share in (False, True)]
+    policies = {dtype: policies_of(dtype, args.threads, args.lora_noise, cache) for dtype in ("float32", "bfloat16")}
+    grads, times = {}, {m: [] for m in modes}
+
+    def run(dtype: str, share: bool) -> float:
+        model = policies[dtype].models()[0]
+        model.zero_grad(set_to_none=True)
+        start = time.perf_counter()
+        for ids in packs:
+            micro = batch.select_sets(ids)
+            out = batch_logprobs(policies[dtype], micro, chunk_size=cfg.train.logprob_chunk_size,
+                                 share_prompts=share)
+            torch.where(micro.response_mask, out.logprobs, 0).sum().backward()
+        seconds = time.perf_counter() - start
+        grads[(dtype, share)] = {n: q.grad.double() for n, q in model.named_parameters() if q.grad is not None}
+        return seconds
+
+    for mode in modes:  # warm-up
+        run(*mode)
+    for _ in range(args.repeats):
+        for mode in modes:
+            times[mode].append(run(*mode))
+
+    def distance(a, b) -> float:
+        num = sum(((grads[a][n] - grads[b][n]) ** 2).sum() for n in grads[b]) ** 0.5
+        return float(num / sum((grads[b][n] ** 2).sum() for n in grads[b]) ** 0.5)
+
+    base = statistics.median(times[("float32", False)])
+    for dtype, share in modes:
+        sec = statistics.median(times[(dtype, share)])
+        label = f"{dtype}, {'prompts shared' if share else 'rows whole'}"
+        print(f"  {label:28s} {sec:6.2f} s  {sec / base:.2f}x   runs: "
+              + ", ".join(f"{x:.2f}" for x in times[(dtype, share)]))
     for dtype in ("float32", "bfloat16"):
-        policies = policies_of(dtype, args.threads, args.lora_noise, cache)
-        model = policies.models()[0]
-        times = []
-        for _ in range(args.repeats + 1):  # the first is a warm-up
-            model.zero_grad(set_to_none=True)
-            start = time.perf_counter()
-            out = batch_logprobs(policies, batch, chunk_size=cfg.train.logprob_chunk_size)
-            torch.where(batch.response_mask, out.logprobs, 0).sum().backward()
-            times.append(time.perf_counter() - start)
-        secs[dtype] = statistics.median(times[1:])
-        grads[dtype] = {n: q.grad.double() for n, q in model.named_parameters() if q.grad is not None}
-        print(f"  {dtype:9s} {secs[dtype]:.2f} s   runs: " + ", ".join(f"{x:.2f}" for x in times[1:]))
-    g32, g16 = grads["float32"], grads["bfloat16"]
-    num = sum(((g16[n] - g32[n]) ** 2).sum() for n in g32) ** 0.5
-    den = sum((g32[n] ** 2).sum() for n in g32) ** 0.5
-    print(f"  bf16 / float32 time {secs['bfloat16'] / secs['float32']:.2f}x; LoRA gradients "
-          f"{float(num / den):.2%} apart (relative L2)")
+        print(f"  {dtype}: shared / whole time {statistics.median(times[(dtype, True)]) / statistics.median(times[(dtype, False)]):.2f}x; "
+              f"LoRA gradients {distance((dtype, True), (dtype, False)):.2e} apart (relative L2)")
+    print(f"  bf16 / float32 (rows whole): LoRA gradients {distance(('bfloat16', False), ('float32', False)):.2%} apart")
 
 
 def bench_training(args) -> None:

@@ -411,6 +411,12 @@ class TrainConfig(_Section):
     # (HF gradient checkpointing): less memory per micro-batch token, more compute
     # (benchmarks/bench_update_memory.py measures both)
     activation_checkpointing: bool = False
+    # run each distinct prompt of a policy's micro-batch rows through the decoder once and the
+    # members' responses on its KV cache (a task's members share their prompt): the same
+    # log-probs and gradients up to float rounding, far fewer forward tokens when prompts are
+    # long and answers short. Not under activation_checkpointing, whose recomputation would
+    # append to the cache again: there every row runs whole
+    share_prompt_forward: bool = True
     # DAPO's dynamic sampling: roll out more tasks (fresh draws of tasks_per_step) until the step
     # holds tasks_per_step tasks whose groups are informative (some advantage non-zero), at
     # most dynamic_sampling_max_draws rollouts a step; what is dropped is logged and counted

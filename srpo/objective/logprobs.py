@@ -475,6 +475,54 @@ def token_logprobs_from_hidden(
     return LogprobsOutput(logp, entropy if with_entropy else None)
 
 
+def _distinct_rows(rows: Tensor) -> tuple[list[int], Tensor]:
+    """The first index of each distinct row of [M, W], and [M] each row's distinct number."""
+    index: dict[tuple[int, ...], int] = {}
+    first: list[int] = []
+    source: list[int] = []
+    for i, key in enumerate(map(tuple, rows.tolist())):
+        if key not in index:
+            index[key] = len(first)
+            first.append(i)
+        source.append(index[key])
+    return first, torch.tensor(source, dtype=torch.long, device=rows.device)
+
+
+def _shared_prompt_hidden(decoder: nn.Module, input_ids: Tensor, attention_mask: Tensor,
+                          prompt_length: int) -> Tensor | None:
+    """[M, T, H] the hidden states that predict the response tokens, each distinct prompt run once.
+
+    The members of one task share their prompt (G rollouts x the agents of a set reading the same
+    request), and prompts are most of a short-answer batch's tokens. So: the decoder runs the U
+    distinct prompts [U, P] with its KV cache on, the cache and the last prompt position's hidden
+    state are gathered to the M rows (an index_select, whose backward sums the rows' gradients
+    into the prompt's), and the responses' first T-1 tokens run on that cache [M, T-1] with the
+    full [M, P+T-1] mask and the same positions as one pass (position_ids_from_mask). Each row
+    sees exactly the keys, values, positions and mask of the one-pass forward, so the result
+    differs only by float rounding of other matmul shapes. Returns None when no prompt repeats.
+    """
+    n_members, length = input_ids.shape
+    prompts = torch.cat([input_ids[:, :prompt_length], attention_mask[:, :prompt_length].long()], dim=1)
+    first, source = _distinct_rows(prompts)  # U rows, [M]
+    if len(first) == n_members:
+        return None
+    mask = attention_mask[first, :prompt_length]  # [U, P]
+    out = decoder(input_ids=input_ids[first, :prompt_length], attention_mask=mask,
+                  position_ids=position_ids_from_mask(mask), use_cache=True)
+    # transformers 5 names the cache `cache`, 4.x `past_key_values`: read it off the output
+    name = "cache" if "cache" in out else "past_key_values"
+    cache = out[name]
+    last = out[0][:, -1:].index_select(0, source)  # [M, 1, H] predicts response token 0
+    if length - prompt_length == 1:
+        return last
+    cache.batch_select_indices(source)  # [U, heads, P, d] -> [M, heads, P, d] in every layer
+    full = attention_mask[:, : length - 1]  # [M, P+T-1]
+    rest = decoder(input_ids=input_ids[:, prompt_length : length - 1], attention_mask=full,
+                   position_ids=position_ids_from_mask(full)[:, prompt_length:], use_cache=True,
+                   **{name: cache})
+    return torch.cat([last, rest[0]], dim=1)  # [M, T, H]
+
+
 def response_logprobs(
     model: nn.Module,
     input_ids: Tensor,
@@ -484,6 +532,7 @@ def response_logprobs(
     chunk_size: int = 1024,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    share_prompts: bool = False,
 ) -> LogprobsOutput:
     """Per-token log-probs (and entropy) of the response tokens of a HF causal LM.
 
@@ -495,6 +544,10 @@ def response_logprobs(
         chunk_size: rows (response tokens) per lm_head chunk; bounds the [rows, V] buffers.
         temperature: tau, logits are divided by it (after any softcap), as at sampling time.
         with_entropy: also return the entropy of the full next-token distribution.
+        share_prompts: run each distinct prompt (ids and padding) through the decoder once and
+            the responses on its KV cache (_shared_prompt_hidden); the same values up to float
+            rounding, gradients included. Needs the decoder's cache in the forward, so not under
+            activation checkpointing (whose recomputation would append to the cache again).
 
     Returns:
         LogprobsOutput(logprobs [M, T] float32, entropy [M, T] float32 or None), with
@@ -513,15 +566,17 @@ def response_logprobs(
     n_members, length = input_ids.shape
     n_response = length - prompt_length  # T
 
-    outputs = decoder(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids_from_mask(attention_mask),
-        use_cache=False,
-    )
-    hidden = outputs[0]  # [M, P+T, H] last_hidden_state, final norm applied
-    # Position P-1+t predicts response token t.
-    hidden = hidden[:, prompt_length - 1 : length - 1]  # [M, T, H]
+    # [M, T, H]: the hidden state at position P-1+t, which predicts response token t
+    hidden = _shared_prompt_hidden(decoder, input_ids, attention_mask, prompt_length) if share_prompts else None
+    if hidden is None:
+        outputs = decoder(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids_from_mask(attention_mask),
+            use_cache=False,
+        )
+        hidden = outputs[0]  # [M, P+T, H] last_hidden_state, final norm applied
+        hidden = hidden[:, prompt_length - 1 : length - 1]  # [M, T, H]
     targets = input_ids[:, prompt_length:]  # [M, T]
     real = attention_mask[:, prompt_length:].ne(0).reshape(-1)  # [M*T]
 

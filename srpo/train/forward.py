@@ -89,6 +89,7 @@ def batch_logprobs(
     *,
     chunk_size: int = 1024,
     with_entropy: bool = False,
+    share_prompts: bool = False,
 ) -> BatchLogprobs:
     """Log-probs (and entropy) of every member's response under the distribution it was sampled
     from: the policy that produced it, at the member's temperature (batch.member_temperature).
@@ -98,7 +99,8 @@ def batch_logprobs(
     log-probs float32 from the logits). For LoRA
     policies the adapter is switched per policy; peft's set_adapter turns requires_grad off on
     the other adapters, which would stop their gradients from accumulating, so the flags are
-    restored after each switch.
+    restored after each switch. share_prompts: each distinct prompt of a policy's rows runs once
+    (srpo.objective.logprobs.response_logprobs).
     """
     flags = _trainable_flags(policies)
     device = batch.device
@@ -139,6 +141,7 @@ def batch_logprobs(
                     chunk_size=chunk_size,
                     temperature=tau,
                     with_entropy=with_entropy,
+                    share_prompts=share_prompts,
                 )
             width = batch.response_mask.shape[1]
             order.append(rows)

@@ -82,7 +82,9 @@ class PolicyUpdate:
         return self.train.epochs == 1 and self.train.minibatches == 1
 
     def logprobs(self, policies: PolicySet, batch: FlatBatch, *, with_entropy: bool = False) -> BatchLogprobs:
-        return batch_logprobs(policies, batch, chunk_size=self.train.logprob_chunk_size, with_entropy=with_entropy)
+        t = self.train
+        return batch_logprobs(policies, batch, chunk_size=t.logprob_chunk_size, with_entropy=with_entropy,
+                              share_prompts=t.share_prompt_forward and not t.activation_checkpointing)
 
     # ---------------------------------------------------------------- before the update
 

@@ -12,6 +12,7 @@ import torch
 from srpo.batch import build_flat_batch
 from srpo.config import load_config
 from srpo.objective import METHODS, prepare_step
+from srpo.objective import logprobs as logprobs_module
 from srpo.objective.methods import informative_sets
 from srpo.train import update as update_module
 from srpo.train.trainer import Trainer
@@ -98,3 +99,29 @@ def test_activation_checkpointing_gives_the_same_gradients(tmp_path):
     assert m_ckpt["loss"] == pytest.approx(m_plain["loss"], abs=1e-7)
     for a, b in zip(g_ckpt, g_plain):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+
+
+def test_shared_prompt_forward_gives_the_same_update(tmp_path, monkeypatch):
+    """train.share_prompt_forward runs each distinct prompt once: fewer forward tokens, the same
+    loss and gradients as running every member whole."""
+    shared_calls, prompt_passes = [], []
+    real = update_module.batch_logprobs
+    monkeypatch.setattr(update_module, "batch_logprobs",
+                        lambda *a, **k: shared_calls.append(k["share_prompts"]) or real(*a, **k))
+    real_hidden = logprobs_module._shared_prompt_hidden
+    monkeypatch.setattr(logprobs_module, "_shared_prompt_hidden",
+                        lambda *a: prompt_passes.append(real_hidden(*a)) or prompt_passes[-1])
+    g_whole, m_whole, _ = _one_update(tmp_path / "whole", "srpo", None, True, "train.share_prompt_forward=false")
+    assert shared_calls and not any(shared_calls)
+    shared_calls.clear()
+    g_shared, m_shared, _ = _one_update(tmp_path / "shared", "srpo", None, True)  # the default
+    assert shared_calls and all(shared_calls)
+    assert any(h is not None for h in prompt_passes)  # the group's members did share their prompt
+    assert m_shared["loss"] == pytest.approx(m_whole["loss"], abs=1e-7)
+    assert len(g_shared) == len(g_whole) == 4
+    for a, b in zip(g_shared, g_whole):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    # under activation checkpointing every row runs whole (a recomputed layer cannot rebuild a cache)
+    shared_calls.clear()
+    _one_update(tmp_path / "ckpt", "srpo", None, True, "train.activation_checkpointing=true")
+    assert shared_calls and not any(shared_calls)

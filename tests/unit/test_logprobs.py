@@ -433,3 +433,70 @@ def test_unsupported_logit_scaling_is_refused(llama, batch, monkeypatch):
     monkeypatch.setattr(llama.config, "logit_scale", 0.5, raising=False)
     with pytest.raises(NotImplementedError, match="logit_scale"):
         response_logprobs(llama, *batch)
+
+
+# ------------------------------------------------------------------------------------------------
+# Shared prompts (share_prompts=True): each distinct prompt runs once, the responses on its cache
+# ------------------------------------------------------------------------------------------------
+
+
+def _shared_prompt_batch(response_lengths=(4, 1, 6, 2, 3, 5, 1)):
+    """3 distinct prompts (lengths 5, 2, 7: different left padding) repeated across 7 members
+    with their own responses, and one prompt that appears once."""
+    gen = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(1, VOCAB, (n,), generator=gen) for n in (5, 2, 7)]
+    members = [(prompts[i % 3], torch.randint(1, VOCAB, (t,), generator=gen))
+               for i, t in enumerate(response_lengths)]
+    members.append((torch.randint(1, VOCAB, (4,), generator=gen), torch.randint(1, VOCAB, (3,), generator=gen)))
+    return _pack(members)
+
+
+@pytest.mark.parametrize("with_entropy", [False, True])
+def test_shared_prompts_give_the_one_pass_values_and_gradients(model, with_entropy):
+    ids, mask, P = _shared_prompt_batch()
+    rmask = _response_mask(mask, P)
+    gen = torch.Generator().manual_seed(4)
+    w = torch.randn(rmask.shape, generator=gen)
+    w2 = torch.randn(rmask.shape, generator=gen) if with_entropy else None
+    outs, grads = [], []
+    for share in (False, True):
+        def run(share=share):
+            out = response_logprobs(model, ids, mask, P, chunk_size=7, temperature=0.7,
+                                    with_entropy=with_entropy, share_prompts=share)
+            outs.append(out)
+            return out, rmask
+        grads.append(_param_grads(model, run, w, w2))
+    plain, shared = outs
+    torch.testing.assert_close(shared.logprobs, plain.logprobs, rtol=0, atol=ATOL)
+    assert (shared.logprobs[~rmask] == 0).all()
+    if with_entropy:
+        torch.testing.assert_close(shared.entropy, plain.entropy, rtol=0, atol=ATOL)
+    for name, g in grads[0].items():  # every parameter, the embeddings of the prompts' tokens too
+        assert float(g.abs().max()) > 0, name
+        # float32 sums in another order: entries up to ~35 (the tied embedding) differ by ~1e-6 of the largest
+        scale = max(1.0, float(g.abs().max()))
+        torch.testing.assert_close(grads[1][name], g, rtol=1e-4, atol=ATOL * scale, msg=name)
+
+
+def test_shared_prompts_with_one_token_responses_and_no_repeat(llama):
+    # T = 1: only the prompts' last hidden states are needed (no second pass)
+    ids, mask, P = _shared_prompt_batch(response_lengths=(1, 1, 1, 1))
+    plain = response_logprobs(llama, ids, mask, P)
+    shared = response_logprobs(llama, ids, mask, P, share_prompts=True)
+    torch.testing.assert_close(shared.logprobs, plain.logprobs, rtol=0, atol=ATOL)
+    # no prompt repeats: the one-pass forward itself
+    ids, mask, P = _pack(_member_tokens(LENGTHS))
+    assert torch.equal(response_logprobs(llama, ids, mask, P, share_prompts=True).logprobs,
+                       response_logprobs(llama, ids, mask, P).logprobs)
+
+
+def test_shared_prompts_under_bf16_autocast(llama):
+    ids, mask, P = _shared_prompt_batch()
+    rmask = _response_mask(mask, P)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        plain = response_logprobs(llama, ids, mask, P, share_prompts=False)
+        shared = response_logprobs(llama, ids, mask, P, share_prompts=True)
+    assert shared.logprobs.dtype == torch.float32
+    # bf16 matmuls of other shapes round differently; the gap stays at bf16's scale
+    gap = (shared.logprobs - plain.logprobs)[rmask].abs().max()
+    assert float(gap) < 0.05
