@@ -81,6 +81,7 @@ __all__ = [
     "response_logprobs_reference",
     "token_logprobs_from_hidden",
     "position_ids_from_mask",
+    "distinct_rows",
     "logit_softcap_of",
 ]
 
@@ -475,7 +476,7 @@ def token_logprobs_from_hidden(
     return LogprobsOutput(logp, entropy if with_entropy else None)
 
 
-def _distinct_rows(rows: Tensor) -> tuple[list[int], Tensor]:
+def distinct_rows(rows: Tensor) -> tuple[list[int], Tensor]:
     """The first index of each distinct row of [M, W], and [M] each row's distinct number."""
     index: dict[tuple[int, ...], int] = {}
     first: list[int] = []
@@ -503,7 +504,7 @@ def _shared_prompt_hidden(decoder: nn.Module, input_ids: Tensor, attention_mask:
     """
     n_members, length = input_ids.shape
     prompts = torch.cat([input_ids[:, :prompt_length], attention_mask[:, :prompt_length].long()], dim=1)
-    first, source = _distinct_rows(prompts)  # U rows, [M]
+    first, source = distinct_rows(prompts)  # U rows, [M]
     if len(first) == n_members:
         return None
     mask = attention_mask[first, :prompt_length]  # [U, P]

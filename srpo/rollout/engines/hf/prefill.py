@@ -7,6 +7,8 @@ from typing import Any
 
 import torch
 
+from srpo.objective.logprobs import distinct_rows
+
 
 def prefill_shared_prompts(
     model: Any, input_ids: torch.Tensor, attention: torch.Tensor
@@ -25,14 +27,7 @@ def prefill_shared_prompts(
     tokens for 4 rows and 47% for 72 rows (the default job's round: 6 distinct prompts).
     """
     rows, width = input_ids.shape
-    index: dict[tuple[int, ...], int] = {}  # prompt -> its distinct number
-    distinct: list[int] = []  # [U] the first row of each distinct prompt
-    source: list[int] = []  # [B] row -> distinct number
-    for row, key in enumerate(map(tuple, input_ids.tolist())):
-        if key not in index:
-            index[key] = len(distinct)
-            distinct.append(row)
-        source.append(index[key])
+    distinct, source = distinct_rows(input_ids)  # [U] first row of each distinct prompt, [B] row -> its number
     if len(distinct) == rows or width < 2:
         return None
     ids, mask = input_ids[distinct, :-1], attention[distinct, :-1]  # [U, W-1]
@@ -43,5 +38,5 @@ def prefill_shared_prompts(
     # it `past_key_values`: read the name off the output and hand it back under that name
     name = "cache" if "cache" in out else "past_key_values"
     cache = out[name]
-    cache.batch_select_indices(torch.tensor(source, device=input_ids.device))  # [U, ...] -> [B, ...]
+    cache.batch_select_indices(source)  # [U, ...] -> [B, ...]
     return {name: cache}, len(distinct)
