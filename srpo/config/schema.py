@@ -415,8 +415,7 @@ class TrainConfig(_Section):
     # members' responses on its KV cache (a task's members share their prompt): the same
     # log-probs and gradients up to float rounding, far fewer forward tokens when prompts are
     # long and answers short. Not under activation_checkpointing, whose recomputation would
-    # append to the cache again, nor with several processes (srpo.train.update): there every
-    # row runs whole
+    # append to the cache again: there every row runs whole
     share_prompt_forward: bool = True
     # DAPO's dynamic sampling: roll out more tasks (fresh draws of tasks_per_step) until the step
     # holds tasks_per_step tasks whose groups are informative (some advantage non-zero), at

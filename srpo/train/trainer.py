@@ -38,7 +38,7 @@ from srpo.rollout.runner import rollout_metrics
 from srpo.train import episodes_log
 from srpo.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
 from srpo.train.console import PhaseTimer, step_line, write_report_or_say_why
-from srpo.train.distributed import barrier, broadcast_from_main, init_distributed
+from srpo.train.distributed import barrier, broadcast_from_main, close_distributed, init_distributed
 from srpo.train.episodes_log import UpdateRecord
 from srpo.train.evaluate import EvalResult
 from srpo.train.forward import BatchLogprobs, check_training_sampling
@@ -89,20 +89,22 @@ class Trainer:
         preflight(cfg, models_given=policies is not None)  # what would fail late or learn nothing
         self.spec: MethodSpec = get_method(cfg.train.method, **cfg.train.method_settings)
         self.dist = init_distributed(cfg.device)
-        check_process_layout(cfg, self.spec, self.dist)  # every rank, before any work
-        if self.dist.active and cfg.device.startswith("cuda"):
-            cfg = cfg.model_copy(update={"device": f"cuda:{self.dist.local_rank}"})
-        run_dir = resolve_run_dir(cfg.output_dir, resume=cfg.resume)
-        self.run_dir = Path(broadcast_from_main(self.dist, run_dir))
-        self.cfg = cfg = cfg.model_copy(update={"output_dir": str(self.run_dir)})
-        # one writer per run directory, from before anything in it is read until train() ends
-        self._run_lock = RunLock.acquire(self.run_dir) if self.dist.is_main else None
+        self._run_lock: RunLock | None = None
         try:
+            check_process_layout(cfg, self.spec, self.dist)  # every rank, before any work
+            if self.dist.active and cfg.device.startswith("cuda"):
+                cfg = cfg.model_copy(update={"device": f"cuda:{self.dist.local_rank}"})
+            run_dir = resolve_run_dir(cfg.output_dir, resume=cfg.resume)
+            self.run_dir = Path(broadcast_from_main(self.dist, run_dir))
+            self.cfg = cfg = cfg.model_copy(update={"output_dir": str(self.run_dir)})
+            # one writer per run directory, from before anything in it is read until train() ends
+            self._run_lock = RunLock.acquire(self.run_dir) if self.dist.is_main else None
             if self.dist.is_main:
                 check_config_file(self.run_dir)
             self._set_up(cfg, policies)
         except BaseException:
             self.release_run_dir(discard=True)  # refused before any work: leave no directory behind
+            close_distributed(self.dist)  # a group it created: see close_distributed for why
             raise
 
     def _set_up(self, cfg: Config, policies: PolicySet | None) -> None:
@@ -207,6 +209,8 @@ class Trainer:
     # ------------------------------------------------------------------ the loop
 
     def train(self) -> TrainResult:
+        """Runs the steps; at the end it lets go of the run directory and of the process group it
+        created (multi-process runs), so a trainer trains once."""
         if not self.progress.enabled:  # no bar redraws in logs (transformers' own bars included)
             import transformers
 
@@ -218,6 +222,7 @@ class Trainer:
                 write_report_or_say_why(self.run_dir)
         finally:
             self.release_run_dir()
+            close_distributed(self.dist)  # a group it created: see close_distributed for why
         return result
 
     def _train(self) -> TrainResult:

@@ -83,11 +83,9 @@ class PolicyUpdate:
 
     def logprobs(self, policies: PolicySet, batch: FlatBatch, *, with_entropy: bool = False) -> BatchLogprobs:
         t = self.train
-        # rows run whole under activation checkpointing (a recomputed layer would append to the
-        # cache again) and with several processes: in the 2-process gloo tests on a loaded CPU one
-        # rank aborted ("terminate called without an active exception") in 4 of 24 runs with
-        # prompts shared and 1 of 48 with rows whole; not yet understood (docs/training.md)
-        share = t.share_prompt_forward and not t.activation_checkpointing and not self.dist.active
+        # rows run whole under activation checkpointing: a recomputed layer would append to the
+        # cache again
+        share = t.share_prompt_forward and not t.activation_checkpointing
         return batch_logprobs(policies, batch, chunk_size=t.logprob_chunk_size, with_entropy=with_entropy,
                               share_prompts=share)
 

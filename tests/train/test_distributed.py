@@ -100,3 +100,29 @@ def test_torchrun_two_processes_train_and_write_one_run_directory(tmp_path, dtyp
     assert json.loads((run / "export" / "shared" / "config.json").read_text())["dtype"] == "float32"
     # each rank rolled out half of the step's tasks: 4 tasks x G 2 -> 4 episodes on rank 0
     assert lines[1]["rollout/episodes"] == 4.0
+
+
+_CLOSE_SCRIPT = """
+import os, torch.distributed as dist
+from srpo.train.distributed import DistContext, close_distributed, init_distributed
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"], RANK="0", WORLD_SIZE="1")
+dist.init_process_group("gloo")               # made by the caller (as accelerate does)
+os.environ["WORLD_SIZE"] = "2"                # what a launcher would set
+ctx = init_distributed("cpu")
+assert not ctx.owns_group, ctx
+close_distributed(ctx)
+assert dist.is_initialized(), "a group the caller made was destroyed"
+close_distributed(DistContext(0, 2, 0, owns_group=True))
+assert not dist.is_initialized(), "the group init_distributed made outlived close_distributed"
+close_distributed(DistContext(0, 2, 0, owns_group=True))  # again: the constructor's error path, then train()
+print("ok")
+"""
+
+
+def test_close_distributed_destroys_only_the_group_init_distributed_made():
+    """A rank that exits with its gloo group alive can abort at interpreter exit (SIGABRT after all
+    of its work; see srpo.train.distributed.close_distributed), so train() destroys the group it
+    made, and never one the caller made."""
+    proc = subprocess.run([sys.executable, "-c", _CLOSE_SCRIPT], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, env={**__import__("os").environ, "PORT": str(_free_port())})
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
