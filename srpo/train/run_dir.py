@@ -168,12 +168,15 @@ def resolve_run_dir(output_dir: str, *, resume: bool) -> str:
     return output_dir.replace("{time}", time.strftime("%Y%m%d-%H%M%S"))
 
 
-def resume_checkpoint(run_dir: Path, *, resume: bool, fingerprint: str, resumable_fields: tuple[str, ...]) -> Path | None:
+def resume_checkpoint(run_dir: Path, *, resume: bool, fingerprint: str, resumable_fields: tuple[str, ...],
+                      config: dict[str, Any] | None = None) -> Path | None:
     """The checkpoint to resume from, verified before any work (None: start at step 0).
 
     resume=false refuses a directory that already holds a run's files; resume=true takes the
     newest complete checkpoint, refusing a damaged one or one another config wrote (only
     `resumable_fields` may change between the two), or None when the run has none.
+    config: this launch's resolved config; a refusal then names the fields that differ from the
+    run's RUN/config.yaml (a setting a newer srpo added shows as absent in the run's).
     """
     if not resume:
         found = [n for n in RUN_ARTIFACTS if (run_dir / n).exists()]
@@ -194,10 +197,30 @@ def resume_checkpoint(run_dir: Path, *, resume: bool, fingerprint: str, resumabl
     if meta.get("config_fingerprint") != fingerprint:
         raise ValueError(
             f"checkpoint {ckpt} was written by another config (fingerprint "
-            f"{meta.get('config_fingerprint')} != {fingerprint}); only "
-            f"{', '.join(resumable_fields)} may change when resuming"
+            f"{meta.get('config_fingerprint')} != {fingerprint}){_differences_line(run_dir, config, resumable_fields)}; "
+            f"only {', '.join(resumable_fields)} may change when resuming"
         )
     return ckpt
+
+
+def _differences_line(run_dir: Path, config: dict[str, Any] | None, skip: tuple[str, ...]) -> str:
+    """", differing in: a: x -> y, ..." against the run's config.yaml, or "" when that cannot be said."""
+    from srpo.train.run_identity import config_differences
+
+    path = run_dir / CONFIG_FILE
+    if config is None or not path.is_file():
+        return ""
+    try:
+        written = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return ""
+    if not isinstance(written, dict):
+        return ""
+    diffs = config_differences(written, config, skip=skip)
+    if not diffs:
+        return ""
+    more = f" (and {len(diffs) - 8} more)" if len(diffs) > 8 else ""
+    return f", differing from {path.name} in: {'; '.join(diffs[:8])}{more}"
 
 
 def rewind_logs(run_dir: Path, logger: Any, step: int, checkpoint: Path | None, *, main: bool) -> str:

@@ -39,6 +39,27 @@ def _without(config: Mapping[str, Any], dotted_fields: tuple[str, ...]) -> dict[
     return data
 
 
+def config_differences(before: Mapping[str, Any], after: Mapping[str, Any], *,
+                       skip: tuple[str, ...] = RESUMABLE_FIELDS) -> list[str]:
+    """The dotted fields whose values differ between two resolved configs ("train.lr: 0.001 ->
+    0.5"; a field one of them lacks shows as <absent>), `skip` and the fields under it left out."""
+    absent = object()
+    out: list[str] = []
+
+    def walk(a: Any, b: Any, path: str) -> None:
+        if path and any(path == f or path.startswith(f + ".") for f in skip):
+            return
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            for key in list(a) + [k for k in b if k not in a]:
+                walk(a.get(key, absent), b.get(key, absent), f"{path}.{key}" if path else str(key))
+        elif a != b:
+            show = lambda v: "<absent>" if v is absent else repr(v)  # noqa: E731
+            out.append(f"{path}: {show(a)} -> {show(b)}")
+
+    walk(before, after, "")
+    return out
+
+
 def resume_fingerprint(config: Mapping[str, Any]) -> str:
     """The fingerprint a checkpoint must match to be resumed (RESUMABLE_FIELDS left out)."""
     return config_fingerprint(_without(config, RESUMABLE_FIELDS))

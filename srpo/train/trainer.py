@@ -115,7 +115,7 @@ class Trainer:
         seed_everything(cfg.seed)
         # Fail on a bad checkpoint before any model is built or any work is done.
         self._resume_from = resume_checkpoint(self.run_dir, resume=cfg.resume, fingerprint=self.fingerprint,
-                                              resumable_fields=RESUMABLE_FIELDS)
+                                              resumable_fields=RESUMABLE_FIELDS, config=to_dict(cfg))
         self.policies = policies or build_policies(cfg.model, cfg.policies, cfg.device)
         if t.activation_checkpointing:
             enable_activation_checkpointing(self.policies)

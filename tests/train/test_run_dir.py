@@ -201,3 +201,15 @@ def test_a_lock_file_removed_between_open_and_lock_is_retried(tmp_path, monkeypa
     with pytest.raises(RunDirectoryBusy):
         RunLock.acquire(run)
     lock.release()
+
+
+def test_config_differences_names_changed_added_and_removed_fields_but_not_resumable_ones():
+    from srpo.train.run_identity import config_differences
+
+    before = {"train": {"lr": 1e-3, "steps": 4, "epochs": 1}, "output_dir": "a", "eval": {"size": 8},
+              "workflow": {"params": {"k": 2}}}
+    after = {"train": {"lr": 0.5, "steps": 9, "share_prompt_forward": True}, "output_dir": "b",
+             "eval": {"size": 0}, "workflow": {"params": {"k": 2}}}
+    assert config_differences(before, after) == [
+        "train.lr: 0.001 -> 0.5", "train.epochs: 1 -> <absent>", "train.share_prompt_forward: <absent> -> True"]
+    assert config_differences(before, before) == []

@@ -148,9 +148,12 @@ def test_missing_model_path_fails_before_work(tmp_path, capsys):
 def test_checkpoint_from_another_config_is_refused_before_work(tmp_path):
     run = tmp_path / "run"
     Trainer(load_config(SMOKE, [f"output_dir={run}", "train.steps=1", "eval.size=0", *QUIET])).train()
-    with pytest.raises(ValueError, match="written by another config"):
+    with pytest.raises(ValueError, match="written by another config") as refused:
         Trainer(load_config(SMOKE, [f"output_dir={run}", "train.steps=2", "eval.size=0", "resume=true",
                                     "train.lr=0.5", *QUIET]))
+    # the refusal names what differs from the run's config.yaml, and only that (train.steps may change)
+    lr = load_config(SMOKE, []).train.lr
+    assert f"differing from config.yaml in: train.lr: {lr!r} -> 0.5; only" in str(refused.value)
     with pytest.raises(ValueError, match=r"already holds a run \(metrics.jsonl, checkpoints"):
         Trainer(load_config(SMOKE, [f"output_dir={run}", "train.steps=2", "eval.size=0", *QUIET]))
 
