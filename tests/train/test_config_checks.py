@@ -147,3 +147,9 @@ def test_float_written_with_an_exponent_and_no_dot_loads_from_an_override():
 def test_text_that_is_not_a_finite_number_stays_a_type_error(text):
     with pytest.raises(ConfigError, match=rf"train\.lr must be a number, got str '{text}'"):
         load_config(SMOKE, [f"train.lr='{text}'"])
+
+
+def test_math_format_rule_is_one_of_the_rewards_rules():
+    assert load_config(SMOKE, ["task.reward.format_rule=bare"]).task.reward.format_rule == "bare"
+    with pytest.raises(ConfigError, match=r"task\.reward\.format_rule must be one of .*'bare'\], got 'xml'"):
+        load_config(SMOKE, ["task.reward.format_rule=xml"])

@@ -350,6 +350,19 @@ def test_reward_components_and_format_rules():
     assert wrong.components == {"correct": 0.0, "format": 1.0} and math.isclose(wrong.total, 0.1)
 
 
+@pytest.mark.parametrize("text, formatted, correct", [
+    ("7", True, True), (" 7. ", True, True), ("-7", True, False), ("1,234", True, False),
+    ("The answer is 7.", False, True), ("it is 7", False, True), ("7 apples", False, True),
+    ("2 + 5 = 7", False, True), ("\\boxed{7}", False, True), ("", False, False), ("seven", False, False),
+])
+def test_bare_format_rule_asks_for_nothing_but_the_number(text, formatted, correct):
+    task = Task("t/1", "2 + 5?", answer="7")
+    result = MathReward(correct_weight=1.0, format_weight=0.1, format_rule="bare")(task, text)
+    # correctness does not depend on the format (strict is off): "it is 7" is still right
+    assert result.components == {"correct": float(correct), "format": float(formatted)}
+    assert math.isclose(result.total, float(correct) + 0.1 * float(formatted))
+
+
 def test_reward_rejects_bad_settings():
     with pytest.raises(ValueError, match="finite"):
         MathReward(correct_weight=float("nan"))

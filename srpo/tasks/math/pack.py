@@ -19,13 +19,14 @@ class RewardSettings(TaskSettings):
 
     correct_weight: Float = 1.0  # weight of the 0/1 correctness component
     format_weight: Float = 0.0  # weight of the 0/1 format component
-    format_rule: str = "any"  # "boxed" | "explicit" | "any"
+    format_rule: str = "any"  # "boxed" | "explicit" | "any" | "bare" (srpo.tasks.math.rewards)
     strict: bool = False  # correct only counts when the format is right
     timeout_s: Float | None = 5.0  # limit of one symbolic equivalence check
 
     @model_validator(mode="after")
     def _check(self) -> Self:
-        one_of("task.reward.format_rule", self.format_rule, ("boxed", "explicit", "any"))
+        from srpo.tasks.math.rewards import FORMAT_RULES  # the reward's own list of rules
+        one_of("task.reward.format_rule", self.format_rule, tuple(FORMAT_RULES))
         return self
 
 

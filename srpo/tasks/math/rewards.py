@@ -7,6 +7,8 @@
     "boxed":    a complete \\boxed{...}
     "explicit": a \\boxed{...} or an explicit "the answer is X" / "Answer: X" / "#### X"
     "any":      anything extractable, including a bare last number
+    "bare":     the whole response is one number and nothing else ("42", " 42. "): what a
+                prompt asking for "only the final integer" requests
 A failing computation raises RewardError naming the task, never a silent 0; a check that timed
 out is scored incorrect and flagged `timed_out` so it can be counted and logged.
 """
@@ -17,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from srpo.tasks.math.answers import extract
+from srpo.tasks.math.answers import Extraction, extract, parse_number
 from srpo.tasks.math.scoring import DEFAULT_TIMEOUT_S, score_answer
 from srpo.types import Task
 
@@ -25,6 +27,7 @@ FORMAT_RULES: Mapping[str, frozenset[str]] = {
     "boxed": frozenset({"boxed"}),
     "explicit": frozenset({"boxed", "answer"}),
     "any": frozenset({"boxed", "answer", "number"}),
+    "bare": frozenset({"number"}),  # and the whole text parses as that number (_is_formatted)
 }
 
 
@@ -62,11 +65,19 @@ class RewardResult:
         return {k: self.weights.get(k, 0.0) * v for k, v in self.components.items()}
 
 
+def _is_formatted(text: str, found: Extraction | None, rule: str) -> bool:
+    """The response gives its answer in the form `rule` asks for (module doc)."""
+    if found is None or found.method not in FORMAT_RULES[rule]:
+        return False
+    # "bare": nothing but the number, so rambling that happens to end in a number does not count
+    return rule != "bare" or parse_number(text) is not None
+
+
 class MathReward:
     """Correctness (+ optional format bonus) of a response against `task.answer`.
 
     correct_weight, format_weight: finite weights of the two components.
-    format_rule: "boxed" | "explicit" | "any" (see module doc).
+    format_rule: "boxed" | "explicit" | "any" | "bare" (see module doc).
     strict: when True a correct answer in the wrong format scores correct = 0 (the model must
         answer in the requested format to get credit); when False format only adds its bonus.
     timeout_s: wall-clock limit of one symbolic check (see scoring.score_answer).
@@ -107,7 +118,7 @@ class MathReward:
         if task.answer is None:
             raise ValueError("the task has no gold answer to compare with")
         found = extract(text)  # raises TypeError for a non-str text
-        formatted = found is not None and found.method in FORMAT_RULES[self.format_rule]
+        formatted = _is_formatted(text, found, self.format_rule)
         score = score_answer(
             task.answer, None if found is None else found.text, timeout_s=self.timeout_s
         )
