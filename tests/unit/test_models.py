@@ -211,6 +211,24 @@ def test_cache_converts_once(tmp_path):
     assert _leftovers(tmp_path) == []
 
 
+def test_conversion_leaves_the_global_rng_where_it_was(tmp_path):
+    """A run that converts the model samples the same stream as a run that finds it cached: the
+    converter (a model's random init) must not draw from the generator the run seeded."""
+    def drawing_converter(out: Path) -> None:
+        torch.rand(1000)  # what a model's random init does
+        (out / "config.json").write_text("{}")
+
+    torch.manual_seed(7)
+    expected = torch.rand(4)
+    torch.manual_seed(7)
+    ensure_converted(tmp_path / "model", drawing_converter)
+    assert torch.equal(torch.rand(4), expected)
+    # and the converter itself did draw (so the test would fail without the fork)
+    torch.manual_seed(7)
+    drawing_converter(tmp_path)
+    assert not torch.equal(torch.rand(4), expected)
+
+
 def test_cache_failed_conversion_leaves_nothing(tmp_path):
     target = tmp_path / "model"
 
