@@ -3,7 +3,18 @@
 All n answers of round j are read together by every debater of round j+1 (or by the final vote
 after the last round): they drive one transition, so each round is one active set of size n.
 The final answer is the majority answer of the last round (ties: the first debater's); the
-output carrying it is scored.
+output carrying it is scored: that is the episode's reward, and held-out accuracy reads it.
+
+What each round's set is credited with for training (`credit`):
+  "episode" (default): the episode's outcome, the vote (transition reward None);
+  "debaters": the mean of its members' own rewards, each debater's answer scored as if it
+      were the final one: R_round = (1/n) sum_i R(answer_i). With one round and n identical
+      debaters this is the expected reward of one sampled answer, which is what greedy
+      held-out accuracy of a single policy tracks, and it is denser than the vote's: when a
+      debater is right with probability p the vote of 3 is right about 3p^2 - 2p^3 of the
+      time (less when wrong answers agree), while a group of G episodes holds 3G scored
+      answers (docs/benchmarks.md measures what this does where rewards are sparse).
+      Recorded as metadata debaters_credit_r<r>. The episode's reward stays the vote.
 """
 
 from __future__ import annotations
@@ -13,6 +24,8 @@ from dataclasses import dataclass, field
 from srpo.types import Task
 from srpo.workflows.base import GenericRoles, EpisodeContext, Request, WorkflowRun, check_template
 from srpo.workflows.voting import majority
+
+CREDITS = ("episode", "debaters")  # debate.credit (module doc)
 
 FIRST_PROMPT = "{question}"
 DEBATE_PROMPT = (
@@ -27,12 +40,15 @@ class Debate(GenericRoles):
     """Transitions: "round-1" ... "round-r", each {n debaters}. Reward: the majority answer.
 
     debaters: the role of each debater slot (n = len(debaters); a role may repeat).
+    credit: what each round's set is credited with: "episode" (the vote) or "debaters" (the
+        mean of its members' own rewards); see the module doc.
     """
 
     debaters: list[str] = field(default_factory=lambda: ["debater", "debater"])
     rounds: int = 2
     first_prompt: str = FIRST_PROMPT
     debate_prompt: str = DEBATE_PROMPT
+    credit: str = "episode"
 
     name = "debate"
     description = "n debaters x r rounds, majority vote: one set of size n per round ('round-j')"
@@ -43,6 +59,8 @@ class Debate(GenericRoles):
             raise ValueError("debate.debaters must name at least one agent")
         if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 1:
             raise ValueError(f"debate.rounds must be an int >= 1, got {self.rounds!r}")
+        if self.credit not in CREDITS:
+            raise ValueError(f"debate.credit must be one of {list(CREDITS)}, got {self.credit!r}")
         check_template(self.first_prompt, ["question"], where="debate.first_prompt")
         check_template(
             self.debate_prompt, ["question", "own", "others"], where="debate.debate_prompt"
@@ -56,7 +74,7 @@ class Debate(GenericRoles):
         q = task.prompt
         answers = yield [Request(a, self.first_prompt.format(question=q)) for a in self.debaters]
         for r in range(2, self.rounds + 1):
-            ctx.transition(f"round-{r - 1}", answers)
+            ctx.transition(f"round-{r - 1}", answers, reward=self._round_credit(ctx, r - 1, answers))
             requests = []
             for i, agent in enumerate(self.debaters):
                 others = "\n\n".join(
@@ -66,7 +84,17 @@ class Debate(GenericRoles):
                                                    others=others or "(none)")
                 requests.append(Request(agent, prompt))
             answers = yield requests
-        ctx.transition(f"round-{self.rounds}", answers)
+        ctx.transition(f"round-{self.rounds}", answers,
+                       reward=self._round_credit(ctx, self.rounds, answers))
         winner, votes = majority(answers, ctx.answer_key)
         ctx.metadata["votes"] = votes
-        return ctx.score(winner)
+        return ctx.score(winner)  # last: its answer_agent / extracted_answer stay in metadata
+
+    def _round_credit(self, ctx: EpisodeContext, r: int, answers: list) -> float | None:
+        """credit "debaters": (1/n) sum_i R(answer_i), R the weighted sum of the reward's
+        components; "episode": None (the set gets the episode's outcome)."""
+        if self.credit == "episode":
+            return None
+        credit = sum(sum(ctx.score(a).values()) for a in answers) / len(answers)
+        ctx.metadata[f"debaters_credit_r{r}"] = credit
+        return credit

@@ -258,3 +258,31 @@ def test_an_episode_driven_request_by_request_equals_the_batched_run(tok, name, 
         unfinished.finish()
     with pytest.raises(ValueError, match="generations for"):
         unfinished.submit([])
+
+
+def test_debate_credit_debaters_gives_each_round_its_members_mean_reward(tok):
+    # round 1: 9, 9, 4 (one right: credit (0.1 + 0.1 + 1.1) / 3); round 2: 7, 4, 4 (two right:
+    # (0.1 + 1.1 + 1.1) / 3). The episode's reward stays the vote of round 2 (4: right, 1.1).
+    def script(req):
+        content = req.messages[-1]["content"]
+        checker = req.messages[0]["content"] == "You are the checker."
+        if "previous answer" not in content:
+            return "\\boxed{4}" if req.messages[0]["content"] == "You are the checker." else "\\boxed{9}"
+        return "\\boxed{7}" if checker else "\\boxed{4}"
+
+    runner, _ = scripted_runner(tok, script)
+    params = {"debaters": ["debater", "debater", "checker"], "rounds": 2, "credit": "debaters"}
+    (ep,) = runner.run(make_tasks(1), build_workflow("debate", params)).episodes
+    assert ep.reward == pytest.approx(1.1)
+    assert [s.reward for s in ep.transitions] == pytest.approx([1.3 / 3, 1.2 / 3 + 1.1 / 3])
+    assert ep.set_returns() == pytest.approx([1.3 / 3, 2.3 / 3])
+    assert ep.metadata["debaters_credit_r1"] == pytest.approx(1.3 / 3)
+    assert ep.metadata["extracted_answer"] == "4" and ep.metadata["votes"] == 2
+    # the default credits every round with the vote
+    (ep,) = runner.run(make_tasks(1), build_workflow("debate", dict(params, credit="episode"))).episodes
+    assert [s.reward for s in ep.transitions] == [None, None] and ep.set_returns() == [1.1, 1.1]
+
+
+def test_debate_credit_must_be_known():
+    with pytest.raises(ValueError, match="debate.credit must be one of"):
+        build_workflow("debate", {"credit": "vote"})
