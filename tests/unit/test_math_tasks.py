@@ -99,6 +99,17 @@ def test_unknown_name_and_bad_config():
         reasoning_gym_tasks("basic_arithmetic", size=1, seed=0, split="test")
 
 
+def test_hex_golds_of_bitwise_arithmetic_score_only_their_value():
+    # before the fix a reply "0" scored correct on every hex gold (found by screening tasks)
+    reward = MathReward()
+    for task in reasoning_gym_tasks("bitwise_arithmetic", size=20, seed=1, split="heldout"):
+        value = int(task.answer, 16)
+        assert reward(task, task.answer).components["correct"] == 1.0, task.answer
+        assert reward(task, f"The answer is {value}.").components["correct"] == 1.0
+        assert reward(task, "0").components["correct"] == float(value == 0), task.answer
+        assert reward(task, hex(value + 1)).components["correct"] == 0.0
+
+
 @pytest.mark.parametrize("name", ["basic_arithmetic", "chain_sum", "gsm_symbolic"])
 def test_gold_answers_score_correct_and_wrong_answers_do_not(name):
     tasks = reasoning_gym_tasks(name, size=50, seed=1, split="heldout")
@@ -241,6 +252,8 @@ def test_hub_loading_is_opt_in(monkeypatch):
         ("the list 1, 2, 3", "3", "number"),
         ("about .5 of it", ".5", "number"),
         ("step2 gives 10.", "10", "number"),
+        ("(0xa3b8 >> 0x2) is 0x28ee", "0x28ee", "number"),  # hex literal, not its "0"
+        ("so -0x3f.", "-0x3f", "number"),
     ],
 )
 def test_extraction(text, answer, method):
@@ -258,7 +271,8 @@ def test_extraction_none(text):
     "text, value",
     [("$1,234$", Decimal(1234)), ("\\$5", Decimal(5)), (" -0.5 ", Decimal("-0.5")),
      ("3.", Decimal(3)), (".5", Decimal("0.5")), ("10%", None), ("1,23", None),
-     ("x=2", None), ("\\frac{1}{2}", None), (None, None)],
+     ("x=2", None), ("\\frac{1}{2}", None), (None, None),
+     ("0x217e", Decimal(8574)), ("-0x3", Decimal(-3)), ("0X1F", Decimal(31)), ("0xg", None)],
 )
 def test_parse_number(text, value):
     assert parse_number(text) == value
@@ -280,6 +294,11 @@ def test_parse_number(text, value):
         ("3", "3.0", True),
         ("3", "4", False),
         ("0.333", "0.3333", False),
+        # a hex gold was read by math-verify as 0 * x * ..., equal to a reply "0"
+        ("0x217e", "0", False),
+        ("0x217e", "0x217E", True),
+        ("0x217e", "8574", True),
+        ("-0x3", "-0x3", True),
     ],
 )
 def test_score_answer(gold, pred, correct):

@@ -5,7 +5,7 @@ Priority, first that finds something wins:
      handled; an unclosed box (a generation cut off mid-answer) is ignored.
   2. "answer": the LAST explicit "the (final) answer is X" / "Answer: X" / "#### X".
   3. "number": the last number in the text (integers, negatives, decimals, 1,234-style
-     thousands separators, which are removed).
+     thousands separators, which are removed, and hexadecimal literals such as -0x3f).
 None when nothing is found. The method is reported so a reward can require a format.
 """
 
@@ -38,9 +38,11 @@ _SENTENCE_END = re.compile(r"\.(?=\s)")
 
 # A number not glued to a word or to a preceding decimal point. The minus sign counts only when
 # it is not a binary minus ("3-4" ends in the number 4, "x = -4" in -4).
+# A hexadecimal literal (0x217e, reasoning-gym's bitwise_arithmetic) is one number: read as
+# decimal digits it would end in "0", which scored every hex gold as equal to a reply "0".
 _NUMBER = re.compile(
     r"(?<![\w.])(?:(?<![\w)\]}])-)?"
-    r"(?:\d{1,3}(?:,\d{3})+(?![\d,])(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
+    r"(?:0[xX][0-9a-fA-F]+(?!\w)|\d{1,3}(?:,\d{3})+(?![\d,])(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
 )
 
 # Unicode minus signs models emit; read as ASCII "-".
@@ -132,13 +134,15 @@ def extract_answer(text: str) -> str | None:
 _PLAIN_NUMBER = re.compile(
     r"^[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?$|^[+-]?\.\d+$"
 )
+_HEX_NUMBER = re.compile(r"^[+-]?0[xX][0-9a-fA-F]+$")
 
 
 def parse_number(text: str | None) -> Decimal | None:
     """`text` as an exact Decimal if it is nothing but a number, else None.
 
     Accepts surrounding whitespace, `$...$` math delimiters, a leading currency `$` / `\\$`,
-    thousands separators and unicode minus signs: "$1,234$", "\\$5", "-0.5", " 3. ".
+    thousands separators, unicode minus signs and hexadecimal integers: "$1,234$", "\\$5",
+    "-0.5", " 3. ", "-0x3f".
     Anything else (units, %, LaTeX, text) is None and goes to the symbolic checker.
     """
     if text is None:
@@ -150,6 +154,8 @@ def parse_number(text: str | None) -> Decimal | None:
         if s.startswith(prefix):
             s = s[len(prefix):].strip()
     s = s.replace(" ", "") if re.fullmatch(r"[+-]\s+\d[\d,.]*", s) else s
+    if _HEX_NUMBER.match(s):  # its value: "0x217e" == "8574"; math-verify would read 0 * x * ...
+        return Decimal(int(s, 16))
     if not _PLAIN_NUMBER.match(s):
         return None
     try:
