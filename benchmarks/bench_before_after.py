@@ -90,6 +90,9 @@ def run_record(run_dir: Path, wall: float, elapsed: float, max_kb: int) -> dict:
                           "low": c.diff.low, "high": c.diff.high, "gained": c.gained, "lost": c.lost, "p": c.p_value}
         # kept in the JSON so that a later --skip-before run can still pair the two trained policies
         out["heldout_after_correct"] = [int(c) for c in evals["after"]["correct"]]
+        # how often the trained policy gave its most common answer (a constant answer is a
+        # gain the reward paid for without the skill; None from code before the field existed)
+        out["heldout_after_top_answer"] = {k: evals["after"].get(k) for k in ("top_answer", "top_answer_share")}
     return out
 
 

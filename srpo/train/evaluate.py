@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,11 @@ class EvalResult:
     accuracy: Interval  # share correct with its 95% Wilson interval
     per_agent: dict[str, float]  # agent -> share of its outputs that are correct
     seconds: float
+    # the most common final answer and the share of held-out tasks answered with it (None when
+    # the task pack records no extracted answer): a policy that found a constant answer the
+    # reward pays often enough (gcd -> "1") shows a share near 1 (docs/training.md)
+    top_answer: str | None = None
+    top_answer_share: float | None = None
 
     @property
     def n(self) -> int:
@@ -47,6 +53,8 @@ class EvalResult:
             f"{prefix}/seconds": self.seconds,
         }
         out.update({f"{prefix}/agent/{a}": v for a, v in sorted(self.per_agent.items())})
+        if self.top_answer_share is not None:
+            out[f"{prefix}/top_answer_share"] = self.top_answer_share
         return out
 
     def to_dict(self, **extra: Any) -> dict[str, Any]:
@@ -60,6 +68,8 @@ class EvalResult:
             "ci_low": a.low,
             "ci_high": a.high,
             "per_agent": dict(sorted(self.per_agent.items())),
+            "top_answer": self.top_answer,
+            "top_answer_share": self.top_answer_share,
             "seconds": self.seconds,
             "task_ids": list(self.task_ids),
             "correct": [bool(c) for c in self.correct],
@@ -67,8 +77,29 @@ class EvalResult:
 
     def summary(self) -> str:
         a = self.accuracy
-        return (f"{self.workflow}: {100 * a.estimate:.1f}% of {self.n} "
+        line = (f"{self.workflow}: {100 * a.estimate:.1f}% of {self.n} "
                 f"(95% CI {100 * a.low:.1f}-{100 * a.high:.1f})")
+        if self.top_answer_share is not None and self.top_answer_share >= CONSTANT_ANSWER_SHARE:
+            line += (f"; {100 * self.top_answer_share:.0f}% of the answers are {self.top_answer!r} "
+                     "(a near-constant answer: see what the policy learned)")
+        return line
+
+
+CONSTANT_ANSWER_SHARE = 0.5  # summary() flags a most common answer given this often
+
+
+def top_answer(episodes: Sequence[Episode]) -> tuple[str | None, float | None]:
+    """(the most common final answer, the share of episodes that gave it) over the episodes'
+    metadata["extracted_answer"] (what the reward read as the answer; None when it found
+    none, which is never the top answer); (None, None) when no episode records that key."""
+    if not episodes or not any("extracted_answer" in ep.metadata for ep in episodes):
+        return None, None
+    answers = [ep.metadata.get("extracted_answer") for ep in episodes]
+    counts = Counter(a for a in answers if a is not None)
+    if not counts:
+        return None, 0.0
+    answer, count = counts.most_common(1)[0]
+    return answer, count / len(episodes)
 
 
 def greedy_runner(runner: RolloutRunner, seed: int) -> RolloutRunner:
@@ -145,6 +176,7 @@ def evaluate(
             for m in aset.members:
                 hits.setdefault(m.agent, []).append(score(ep.task, m.text))
     per_agent = {a: sum(v) / len(v) for a, v in hits.items()}
+    common, share = top_answer(episodes)
     result = EvalResult(
         workflow=workflow.name,
         correct=correct,
@@ -152,6 +184,8 @@ def evaluate(
         accuracy=wilson_interval(sum(correct), len(correct)),
         per_agent=per_agent,
         seconds=time.perf_counter() - start,
+        top_answer=common,
+        top_answer_share=share,
     )
     return result, episodes
 

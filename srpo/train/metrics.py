@@ -81,7 +81,8 @@ METRICS: tuple[Metric, ...] = tuple(
     + _declare("dynamic sampling", "sum", "rollout/dynamic/draws", "rollout/dynamic/informative_tasks",
                "rollout/dynamic/dropped_episodes", "rollout/dynamic/dropped_tokens")
     # held-out evaluation (srpo.train.evaluate.EvalResult.metrics)
-    + _declare("eval", "mean", "eval/accuracy", "eval/ci_low", "eval/ci_high", "eval/agent/{agent}")
+    + _declare("eval", "mean", "eval/accuracy", "eval/ci_low", "eval/ci_high", "eval/agent/{agent}",
+               "eval/top_answer_share")
     + _declare("eval", "sum", "eval/n", "eval/seconds")
 )
 

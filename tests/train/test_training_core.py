@@ -263,6 +263,37 @@ def test_evaluation_accepts_a_reward_function_returning_a_plain_number():
     assert result.correct == [False, False]  # the aggregator's answer is scored: wrong on both
 
 
+def test_evaluation_reports_how_often_the_most_common_answer_was_given():
+    # a policy that answers "1" to everything (as one trained on gcd did) is flagged; the share
+    # counts every held-out task, and a reward that records no extracted answer gives None
+    from srpo.models import build_byte_tokenizer
+    from srpo.rollout import AgentSpec, PolicySet, RolloutRunner, ScriptedBackend
+    from srpo.tasks.math.rewards import MathReward
+    from srpo.train.evaluate import CONSTANT_ANSWER_SHARE, evaluate
+    from srpo.types import Task
+    from srpo.workflows import build_workflow
+
+    tok = build_byte_tokenizer()
+    tasks = [Task(f"t{i}", f"What is gcd({i + 1}, 1)?", answer="1") for i in range(3)]
+    tasks.append(Task("t3", "What is gcd(4, 6)?", answer="2"))
+
+    def run(script, reward):
+        runner = RolloutRunner([AgentSpec("solver")], ScriptedBackend(PolicySet.scripted(tok, ("shared",)), script), reward)
+        return evaluate(runner, build_workflow("single"), tasks)[0]
+
+    constant = run(lambda req: "The answer is 1.", MathReward())
+    assert (constant.top_answer, constant.top_answer_share) == ("1", 1.0)
+    assert constant.correct == [True, True, True, False]
+    assert constant.metrics()["eval/top_answer_share"] == 1.0
+    assert constant.to_dict()["top_answer"] == "1" and "100% of the answers are '1'" in constant.summary()
+    varied = run(lambda req: "no idea" if "gcd(1" in str(req.messages) else "\\boxed{2}", MathReward())
+    assert (varied.top_answer, varied.top_answer_share) == ("2", 0.75)  # "no idea": no answer, counted in n
+    assert varied.top_answer_share >= CONSTANT_ANSWER_SHARE and "75% of the answers are '2'" in varied.summary()
+    plain = run(lambda req: "1", lambda task, text: float(text == task.answer))
+    assert (plain.top_answer, plain.top_answer_share) == (None, None)
+    assert "eval/top_answer_share" not in plain.metrics() and "near-constant" not in plain.summary()
+
+
 def test_one_rule_says_what_a_resumed_run_may_change():
     assert trainer_module.RESUMABLE_FIELDS is RESUMABLE_FIELDS
     base = to_dict(load_config(SMOKE, []))
