@@ -10,10 +10,10 @@ What each round's set is credited with for training (`credit`):
   "debaters": the mean of its members' own rewards, each debater's answer scored as if it
       were the final one: R_round = (1/n) sum_i R(answer_i). With one round and n identical
       debaters this is the expected reward of one sampled answer, which is what greedy
-      held-out accuracy of a single policy tracks, and it is denser than the vote's: when a
-      debater is right with probability p the vote of 3 is right about 3p^2 - 2p^3 of the
-      time (less when wrong answers agree), while a group of G episodes holds 3G scored
-      answers (docs/benchmarks.md measures what this does where rewards are sparse).
+      held-out accuracy of a single policy tracks; a group of G episodes then holds 3G scored
+      answers instead of G votes, so more groups carry an advantage where answers are rarely
+      right (measured before training on gcd up to 40: 11 of 16 groups against the vote's 3;
+      docs/benchmarks.md, which also shows it did not make such tasks learn).
       Recorded as metadata debaters_credit_r<r>. The episode's reward stays the vote.
 """
 
