@@ -36,7 +36,7 @@ class EvalResult:
     seconds: float
     # the most common final answer and the share of held-out tasks answered with it (None when
     # the task pack records no extracted answer): a policy that found a constant answer the
-    # reward pays often enough (gcd -> "1") shows a share near 1 (docs/training.md)
+    # reward pays often enough (gcd -> "1") shows a share near 1 (docs/metrics.md)
     top_answer: str | None = None
     top_answer_share: float | None = None
 

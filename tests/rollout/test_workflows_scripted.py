@@ -267,14 +267,14 @@ def test_debate_credit_debaters_gives_each_round_its_members_mean_reward(tok):
         content = req.messages[-1]["content"]
         checker = req.messages[0]["content"] == "You are the checker."
         if "previous answer" not in content:
-            return "\\boxed{4}" if req.messages[0]["content"] == "You are the checker." else "\\boxed{9}"
+            return "\\boxed{4}" if checker else "\\boxed{9}"
         return "\\boxed{7}" if checker else "\\boxed{4}"
 
     runner, _ = scripted_runner(tok, script)
     params = {"debaters": ["debater", "debater", "checker"], "rounds": 2, "credit": "debaters"}
     (ep,) = runner.run(make_tasks(1), build_workflow("debate", params)).episodes
     assert ep.reward == pytest.approx(1.1)
-    assert [s.reward for s in ep.transitions] == pytest.approx([1.3 / 3, 1.2 / 3 + 1.1 / 3])
+    assert [s.reward for s in ep.transitions] == pytest.approx([1.3 / 3, 2.3 / 3])
     assert ep.set_returns() == pytest.approx([1.3 / 3, 2.3 / 3])
     assert ep.metadata["debaters_credit_r1"] == pytest.approx(1.3 / 3)
     assert ep.metadata["extracted_answer"] == "4" and ep.metadata["votes"] == 2
