@@ -49,6 +49,12 @@ def build_model(cfg: ModelConfig, device: str = "cpu", key: str = "model.name", 
         # the tokenizer first: a bad one fails before the weights are read
         tok = set_pad_token_of_folder(AutoTokenizer.from_pretrained(cfg.name, local_files_only=True))
         model = AutoModelForCausalLM.from_pretrained(cfg.name, dtype=dtype, local_files_only=True)
+    if cfg.attn_implementation != "auto":
+        try:
+            model.set_attn_implementation(cfg.attn_implementation)
+        except (ImportError, ValueError) as e:  # e.g. flash_attention_2 without its package or GPU
+            raise ConfigError(f"model.attn_implementation {cfg.attn_implementation!r} cannot be "
+                              f"used for {cfg.name!r} here: {e}") from e
     return model.to(device), tok
 
 

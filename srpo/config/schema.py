@@ -81,6 +81,9 @@ class _Section(BaseModel):
 # --------------------------------------------------------------------------- sections
 
 
+ATTN_IMPLEMENTATIONS = ("auto", "eager", "sdpa", "flash_attention_2", "flex_attention")
+
+
 class ModelConfig(_Section):
     """Which model every policy starts from."""
 
@@ -94,9 +97,14 @@ class ModelConfig(_Section):
     # AMX or the GPU bf16, else float32) | "float32" | "bfloat16". Trainable weights, gradients,
     # optimizer states, log-probs and the loss stay float32; a LoRA base is stored in bf16.
     dtype: str = "float32"
+    # attention kernel, transformers' attn_implementation: "auto" (transformers' choice: sdpa) |
+    # "eager" | "sdpa" | "flash_attention_2" | "flex_attention". Same values up to rounding;
+    # measured choices in docs/training.md, "Attention".
+    attn_implementation: str = "auto"
 
     @model_validator(mode="after")
     def _check(self) -> Self:
+        one_of("model.attn_implementation", self.attn_implementation, ATTN_IMPLEMENTATIONS)
         one_of("model.arch", self.arch, ("llama", "qwen2"))
         one_of("model.tokenizer", self.tokenizer, ("bytes", "smollm2"))
         one_of("model.dtype", self.dtype, DTYPE_SETTINGS)

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from srpo.models.precision import compute_context
+from srpo.models.precision import adapter_inputs_uncast, compute_context
 
 KINDS = ("shared", "separate", "lora", "scripted")
 
@@ -147,12 +147,16 @@ class PolicySet:
                 seen.setdefault(id(p.model), p.model)
         return list(seen.values())
 
-    def compute(self) -> contextlib.AbstractContextManager[None]:
+    @contextlib.contextmanager
+    def compute(self) -> Iterator[None]:
         """The context every forward of these policies runs in: bf16 autocast on the models'
-        device when compute_dtype is "bfloat16", nothing for "float32"."""
+        device when compute_dtype is "bfloat16" (LoRA inputs left in bf16: the cast to the
+        float32 adapter would change no value, srpo.models.precision), nothing for "float32"."""
         models = self.models()
         device = next(models[0].parameters()).device if models else "cpu"
-        return compute_context(self.compute_dtype, device)
+        bf16 = self.compute_dtype == "bfloat16"
+        with compute_context(self.compute_dtype, device), adapter_inputs_uncast(models if bf16 else ()):
+            yield
 
     def with_compute_of(self, other: PolicySet) -> PolicySet:
         """This set, computing in `other`'s precision (a reference copy, an evaluation set)."""

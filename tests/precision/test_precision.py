@@ -7,6 +7,7 @@ train in bf16. Values compared exactly run in float32 (the config default).
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,78 @@ def test_the_testbed_learns_in_bf16(tmp_path):
     rewards = [h["reward/mean"] for h in Trainer(cfg).train().history]
     assert sum(rewards[:3]) / 3 < 0.7, rewards
     assert sum(rewards[-5:]) / 5 >= 0.9, rewards
+
+
+def test_lora_inputs_stay_bf16_under_autocast_with_the_same_values_and_gradients():
+    """PolicySet.compute leaves peft's cast of each adapter input to float32 off (the cast is
+    undone by autocast before the matmul): log-probs and LoRA gradients are bit-identical to
+    peft's own path, and peft's flags are restored after the context."""
+    from srpo.objective.logprobs import response_logprobs
+
+    policies = build_policies(ModelConfig(dtype="bfloat16", hidden_size=64, num_layers=2),
+                              PoliciesConfig(kind="lora", names=["solver"]))
+    model = policies.models()[0]
+    for n, p in model.named_parameters():
+        if "lora_B" in n:
+            torch.nn.init.normal_(p, std=0.02, generator=torch.Generator().manual_seed(1))
+    layers = [m for m in model.modules() if hasattr(m, "cast_input_dtype_enabled")]
+    assert layers and all(m.cast_input_dtype_enabled for m in layers)
+    ids = torch.randint(3, 200, (3, 24), generator=torch.Generator().manual_seed(2))
+
+    def run(context) -> tuple[torch.Tensor, list[torch.Tensor], list[bool]]:
+        model.zero_grad()
+        with context():
+            flags = [m.cast_input_dtype_enabled for m in layers]
+            out = response_logprobs(model, ids, torch.ones_like(ids), 8, chunk_size=16)
+        out.logprobs.sum().backward()
+        return out.logprobs.detach(), [p.grad.clone() for p in model.parameters() if p.requires_grad], flags
+
+    def peft_default():  # autocast alone: peft casts every adapter input to float32
+        return compute_context("bfloat16")
+
+    lp_peft, g_peft, flags_peft = run(peft_default)
+    lp_ours, g_ours, flags_ours = run(policies.compute)
+    assert all(flags_peft) and not any(flags_ours)  # the cast was really off in our forward
+    assert torch.equal(lp_peft, lp_ours)
+    assert all(torch.equal(a, b) for a, b in zip(g_peft, g_ours)) and len(g_ours) > 0
+    assert all(m.cast_input_dtype_enabled for m in layers)  # restored
+
+
+def test_float32_policies_keep_peft_input_casts():
+    policies = build_policies(ModelConfig(dtype="float32", hidden_size=64, num_layers=2),
+                              PoliciesConfig(kind="lora", names=["solver"]))
+    layers = [m for m in policies.models()[0].modules() if hasattr(m, "cast_input_dtype_enabled")]
+    with policies.compute():
+        assert layers and all(m.cast_input_dtype_enabled for m in layers)
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+def test_attn_implementation_is_applied_and_gives_the_same_logprobs(impl):
+    """model.attn_implementation picks transformers' attention kernel; eager and sdpa compute the
+    same attention, so float32 log-probs agree to rounding (left padding and shared prompts
+    included)."""
+    from srpo.objective.logprobs import response_logprobs
+
+    def logprobs(setting: str) -> torch.Tensor:
+        policies = build_policies(ModelConfig(attn_implementation=setting, hidden_size=64, num_layers=2),
+                                  PoliciesConfig(kind="shared", names=["shared"]))
+        model = policies.models()[0]
+        if setting != "auto":
+            assert model.config._attn_implementation == setting
+        ids = torch.randint(3, 200, (4, 20), generator=torch.Generator().manual_seed(3))
+        ids[2:, :10] = ids[0, :10]  # rows 2-3 repeat row 0's prompt
+        mask = torch.ones_like(ids)
+        mask[1, :4] = 0  # a left-padded prompt
+        with torch.no_grad():
+            return response_logprobs(model, ids, mask, 10, share_prompts=True).logprobs
+
+    torch.testing.assert_close(logprobs(impl), logprobs("auto"), rtol=0, atol=1e-5)
+
+
+def test_an_unknown_or_unavailable_attn_implementation_names_the_key():
+    with pytest.raises(ConfigError, match="model.attn_implementation"):
+        ModelConfig(attn_implementation="fast")
+    if importlib.util.find_spec("flash_attn") is None:
+        with pytest.raises(ConfigError, match="model.attn_implementation 'flash_attention_2'"):
+            build_policies(ModelConfig(attn_implementation="flash_attention_2"),
+                           PoliciesConfig(kind="shared", names=["shared"]))

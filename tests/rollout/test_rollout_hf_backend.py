@@ -331,6 +331,33 @@ def test_the_inverse_cdf_sampler_draws_from_softmax_of_the_scores():
     assert counts[4] == 0
 
 
+@pytest.mark.parametrize("vocab, block", [(49152, 256), (259, 256), (1000, 64), (7, 4)])
+def test_the_blocked_inverse_cdf_draws_the_token_of_one_float64_cdf(vocab, block):
+    """Two levels (block masses, then a cumulative sum inside one block) pick the token that one
+    float64 cumulative sum over softmax(scores) picks for the same uniform draw, with a vocabulary
+    that is not a multiple of the block and with -inf (top-k) tokens at block ends."""
+    from srpo.rollout.engines.hf.processors import InverseCdfSampler
+
+    gen = torch.Generator().manual_seed(vocab)
+    agree = total = 0
+    for trial in range(20):
+        scores = torch.randn(64, vocab, generator=gen) * (1 + trial % 6)
+        scores[:, -1] = float("-inf")  # cut tokens at the end of the vocabulary and of a block
+        scores[:, block - 1 :: block] = float("-inf")
+        torch.manual_seed(trial)
+        drawn = InverseCdfSampler(block=block)(torch.zeros(64, 1, dtype=torch.long), scores)
+        assert bool(((drawn == 0).sum(dim=-1) == 1).all())
+        token = drawn.argmax(dim=-1)  # [B]
+        assert bool(torch.isfinite(scores.gather(1, token[:, None])).all())  # never a cut token
+        torch.manual_seed(trial)
+        u = torch.rand(64, 1, dtype=torch.float64)  # the sampler's own draw
+        cdf = torch.softmax(scores.float(), dim=-1).double().cumsum(dim=-1)
+        reference = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(1)
+        agree += int((token == reference).sum())
+        total += 64
+    assert agree >= total - 2, (agree, total)  # a boundary may round the other way
+
+
 def test_an_unknown_sampler_is_refused(tiny):
     with pytest.raises(ValueError, match="sampler must be 'inverse_cdf' or 'multinomial'"):
         HFGenerateBackend(PolicySet.shared(*tiny), sampler="gumbel")

@@ -51,19 +51,43 @@ class SampledLogprobRecorder(LogitsProcessor):
 class InverseCdfSampler(LogitsProcessor):
     """Draws the next token itself and returns scores under which greedy decoding picks it.
 
-    Exact sampling from softmax(scores) by inverse CDF: u ~ U(0, 1) times the total mass,
-    token = first index whose cumulative probability exceeds u (float64 cumsum). Measured on
-    [72, 49152] scores, 2 threads: 3.4 ms a step against 86 ms for the torch.multinomial that HF's
-    sampling calls (21% of a default-job rollout). It runs after every warper and the log-prob
-    recorder, so those see the distribution the token is drawn from; a token of probability 0
-    (cut by top-k / top-p) is never drawn.
+    Sampling from p = softmax(scores) by inverse CDF, in two levels so that no [B, V] float64
+    work is done: p in float32; the vocabulary cut into blocks of `block` tokens, each block's
+    mass summed ([B, V / block]) and accumulated in float64; u ~ U(0, 1) times the total mass
+    picks the block whose cumulative mass first exceeds u, and the float64 cumulative sum
+    inside that one block ([B, block]) picks the token. The draw is the one a single float64
+    CDF over p gives (the same token for the same u, up to float32 rounding of a block's mass
+    at a boundary: tested). A token of probability 0 (cut by top-k / top-p) is never drawn.
+
+    Measured on [72, 49152] scores, 2 threads, alternated in one process: 1.9-2.1 ms a step,
+    against 25.6-26.2 ms for the same draw through one float64 softmax and cumsum over the
+    whole vocabulary (float64 exp and cumsum ran ~15x slower than float32 here), and 67-86 ms
+    for the torch.multinomial that HF's sampling calls. On the default job's rounds (72 rows, 24
+    new tokens, 5 rounds each, alternated) generation went from 317 to 371 tokens a second. It runs after every warper and the log-prob recorder, so those see the
+    distribution the token is drawn from.
     """
 
+    def __init__(self, block: int = 256):
+        self.block = block
+
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        probs = torch.softmax(scores.double(), dim=-1)  # [B, V]
-        cdf = probs.cumsum(dim=-1)  # [B, V]
-        u = torch.rand(scores.shape[0], 1, dtype=torch.float64, device=scores.device) * cdf[:, -1:]
-        token = torch.searchsorted(cdf, u, right=True).clamp_(max=scores.shape[-1] - 1)  # [B, 1]
+        rows, vocab = scores.shape
+        probs = torch.softmax(scores.float(), dim=-1)  # [B, V]
+        pad = -vocab % self.block
+        padded = torch.nn.functional.pad(probs, (0, pad)) if pad else probs  # [B, NB * K]
+        blocks = padded.view(rows, -1, self.block)  # [B, NB, K]
+        # block masses summed in float32 (a float64 sum would first copy all of p to float64)
+        cdf = blocks.sum(dim=-1).double().cumsum(dim=-1)  # [B, NB] mass up to each block
+        u = torch.rand(rows, 1, dtype=torch.float64, device=scores.device) * cdf[:, -1:]  # [B, 1]
+        # u < total mass, so the first block whose cumulative mass exceeds u has mass > 0
+        k = torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.shape[1] - 1)  # [B, 1]
+        before = torch.where(k > 0, cdf.gather(1, (k - 1).clamp(min=0)), 0.0)  # [B, 1]
+        chosen = blocks.gather(1, k.unsqueeze(-1).expand(-1, -1, self.block)).squeeze(1)  # [B, K]
+        inside = torch.searchsorted(chosen.double().cumsum(dim=-1), u - before, right=True)  # [B, 1]
+        # rounding (the block's mass summed in another order) may put u - before at the block's
+        # end: then take the block's last token of positive probability
+        last = self.block - 1 - chosen.gt(0).flip(-1).int().argmax(dim=-1, keepdim=True)  # [B, 1]
+        token = (k * self.block + torch.minimum(inside, last)).clamp_(max=vocab - 1)  # [B, 1]
         forced = torch.full_like(scores, float("-inf"))
         return forced.scatter_(1, token, 0.0)
 
