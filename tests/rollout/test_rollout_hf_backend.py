@@ -171,6 +171,48 @@ def test_merged_lora_copy_generates_the_policy_and_follows_its_updates(tok):
     assert policies.models()[0].peft_config  # the live model is still the peft model
 
 
+@pytest.mark.parametrize("base_dtype", [torch.float32, torch.bfloat16])
+def test_a_merged_copy_is_re_merged_in_place_bit_equal_to_a_fresh_merge(base_dtype):
+    """After an adapter update the copy is rewritten in place (no deep copy of the model), with
+    exactly the weights a fresh peft merge gives; a change to a base weight rebuilds it."""
+    import copy
+
+    from srpo.models import build_tiny_model
+    from srpo.rollout.engines.hf.merged import MergedLoraCopies
+
+    base, tok = build_tiny_model(dtype=base_dtype)
+    policies = PolicySet.lora(base, tok, ["solver", "judge"], rank=4, init_lora_weights=False)
+    model = policies.models()[0]
+    copies = MergedLoraCopies()
+
+    def fresh(adapter: str) -> dict[str, torch.Tensor]:
+        return copy.deepcopy(model).merge_and_unload(adapter_names=[adapter]).state_dict()
+
+    def assert_current(adapter: str) -> None:
+        got = copies.model_for(policies[adapter]).state_dict()
+        want = fresh(adapter)
+        assert got.keys() == want.keys()
+        assert all(torch.equal(got[k], want[k]) for k in want), adapter
+
+    assert_current("judge")
+    assert_current("solver")
+    assert (copies.merges, copies.rebuilds) == (2, 2)
+    judge_copy = copies.model_for(policies["judge"])
+    for step in range(2):  # "optimizer steps" on both adapters
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if "lora_" in n:
+                    p.add_(torch.randn_like(p) * 0.1)
+        assert_current("judge")
+        assert_current("solver")
+    assert copies.rebuilds == 2 and copies.merges == 6  # re-merged in place, never rebuilt
+    assert copies.model_for(policies["judge"]) is judge_copy
+    with torch.no_grad():  # a base weight changes (a resumed base, say): a new copy
+        model.get_base_model().model.embed_tokens.weight.add_(1.0)
+    assert_current("judge")
+    assert copies.rebuilds == 3 and copies.model_for(policies["judge"]) is not judge_copy
+
+
 def test_the_head_sees_contiguous_inputs_while_generating_and_no_hook_after(tiny):
     """transformers slices hidden[:, -1:, :] before lm_head; a strided input makes torch's CPU
     linear copy the head weight per row (HFGenerateBackend's contiguous_head_input)."""
