@@ -10,7 +10,8 @@ trained, in the same dtype as its base (bfloat16 when the run computes in bf16).
 Built once (a deep copy of the peft model, merged and unloaded by peft); after that, when only
 the adapters changed (every optimizer step), each merged weight is rewritten in place as
 peft's merge computes it, W_base + get_delta_weight(adapter), with no new copy of the model:
-measured on SmolLM2-135M in bf16, a rebuild took ~0.65 s (0.58 s of it the deep copy) a step.
+measured on SmolLM2-135M in bf16 (LoRA r16, all linears, 2 threads), a re-merge takes
+0.09-0.10 s where a rebuild took 0.60 s.
 A change to any other weight (a resumed or edited base), or an adapter peft merges another
 way (DoRA and the other variants, a LoRA bias), rebuilds the copy instead.
 """
