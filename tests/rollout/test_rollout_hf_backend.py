@@ -213,6 +213,33 @@ def test_a_merged_copy_is_re_merged_in_place_bit_equal_to_a_fresh_merge(base_dty
     assert copies.rebuilds == 3 and copies.model_for(policies["judge"]) is not judge_copy
 
 
+def test_a_dora_adapter_is_rebuilt_not_re_merged_in_place():
+    """DoRA merges as a rescaled W + delta, not W + get_delta_weight: its copy is rebuilt by
+    peft's own merge after every update, and still equals a fresh merge."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    from srpo.models import build_tiny_model
+    from srpo.rollout.engines.hf.merged import MergedLoraCopies
+    from srpo.rollout.policies import Policy
+
+    base, tok = build_tiny_model()
+    model = get_peft_model(base, LoraConfig(r=4, target_modules="all-linear", use_dora=True,
+                                            init_lora_weights=False), adapter_name="solver")
+    policy = Policy("solver", model, tok, adapter="solver")
+    copies = MergedLoraCopies()
+    for _ in range(2):
+        got = copies.model_for(policy).state_dict()
+        want = copy.deepcopy(model).merge_and_unload(adapter_names=["solver"]).state_dict()
+        assert all(torch.equal(got[k], want[k]) for k in want)
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if "lora_" in n:
+                    p.add_(0.05)
+    assert copies.rebuilds == 2 and copies.merges == 2
+
+
 def test_the_head_sees_contiguous_inputs_while_generating_and_no_hook_after(tiny):
     """transformers slices hidden[:, -1:, :] before lm_head; a strided input makes torch's CPU
     linear copy the head weight per row (HFGenerateBackend's contiguous_head_input)."""

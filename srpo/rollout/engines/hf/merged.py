@@ -56,8 +56,10 @@ def _refreshable_pairs(policy: Policy, merged: Any) -> list[tuple[Any, torch.nn.
     for name, layer in base_model.named_modules():
         if not isinstance(layer, LoraLayer) or policy.adapter not in layer.lora_A:
             continue
-        if (type(layer) is not LoraLinear or policy.adapter in layer.lora_variant
-                or layer.lora_bias.get(policy.adapter, False)):
+        # lora_variant (DoRA, ...) and lora_bias are recent peft attributes: absent means neither
+        if (type(layer) is not LoraLinear or policy.adapter in getattr(layer, "lora_variant", {})
+                or getattr(layer, "lora_bias", {}).get(policy.adapter, False)
+                or getattr(layer, "use_dora", {}).get(policy.adapter, False)):
             return None
         target = merged.get_submodule(name)
         if type(target) is not torch.nn.Linear or target.weight.shape != layer.get_base_layer().weight.shape:
