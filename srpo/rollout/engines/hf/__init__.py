@@ -2,8 +2,8 @@
 
 Its section, `rollout.hf`:
 
-    sampler: inverse_cdf     # how a sampled token is drawn: srpo's own inverse-CDF draw (25x
-                             # faster on a 49k vocabulary) or "multinomial" (HF generate's
+    sampler: inverse_cdf     # how a sampled token is drawn: srpo's own inverse-CDF draw (~2 ms
+                             # against 67-86 ms a step on 72 x 49k scores) or "multinomial" (HF's
                              # torch.multinomial); the same distribution, other random draws
     share_prefill: true      # prefill each distinct prompt of a generate batch once and copy its
                              # KV cache to the rows that repeat it (G rollouts of a task, debaters

@@ -67,8 +67,8 @@ class HFGenerateBackend:
     drawn from, i.e. after temperature, top-k and top-p, exactly as HF samples. Those warpers are
     passed as our own processors (HF's built-in ones are turned off) so that a recorder can run
     after them; the token is then drawn by our own inverse-CDF sampler (`InverseCdfSampler`,
-    25x faster than HF's torch.multinomial on a 49k vocabulary) and HF decodes "greedily" on
-    it. Greedy decoding (temperature 0) records the log-softmax of the raw logits
+    ~2 ms a step on [72, 49152] scores against 67-86 ms for HF's torch.multinomial) and HF
+    decodes "greedily" on it. Greedy decoding (temperature 0) records the log-softmax of the raw logits
     (temperature 1). Processors that the model's own generation_config turns on (e.g. a
     repetition_penalty) run before ours, so the recorded log-probs stay those sampled from.
     The trainer recomputes the ratio's old log-probs with its own forward pass at the member's
