@@ -9,8 +9,8 @@ Its section, `rollout.hf`:
                              # KV cache to the rows that repeat it (G rollouts of a task, debaters
                              # of one role); the same tokens and log-probs up to float rounding
     merge_lora: false        # LoRA policies generate from a copy with the adapter merged into
-                             # the base (one matmul a layer instead of three), rebuilt after every
-                             # optimizer step; the same policy up to float rounding
+                             # the base (one matmul a layer instead of three), re-merged in place
+                             # after every optimizer step; the same policy up to float rounding
 
 It samples the policy being trained itself (no `samples_trained_policy` needed). The backend is
 HFGenerateBackend (.backend); the per-step processors and the shared prefill are .processors and
