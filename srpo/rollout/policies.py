@@ -192,7 +192,12 @@ def weights_version(model: Any) -> tuple[tuple[int, int], ...]:
     """What changes whenever a weight of `model` is written: each parameter's storage and
     version counter (bumped by every in-place write: optimizer steps, load_state_dict). A
     backend that generates from a copy of a policy rebuilds the copy when this changes."""
-    return tuple((p.data_ptr(), p._version) for p in model.parameters())
+    return tuple(parameter_version(p) for p in model.parameters())
+
+
+def parameter_version(p: Any) -> tuple[int, int]:
+    """One parameter's part of weights_version: its storage and its version counter."""
+    return p.data_ptr(), p._version
 
 
 def check_policy_names(agent_policies: Mapping[str, str], policies: PolicySet) -> None:

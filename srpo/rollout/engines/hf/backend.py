@@ -68,8 +68,8 @@ class HFGenerateBackend:
     passed as our own processors (HF's built-in ones are turned off) so that a recorder can run
     after them; the token is then drawn by our own inverse-CDF sampler (`InverseCdfSampler`,
     ~2 ms a step on [72, 49152] scores against 67-86 ms for HF's torch.multinomial) and HF
-    decodes "greedily" on it. Greedy decoding (temperature 0) records the log-softmax of the raw logits
-    (temperature 1). Processors that the model's own generation_config turns on (e.g. a
+    decodes "greedily" on it. Greedy decoding (temperature 0) records the log-softmax of the
+    raw logits (temperature 1). Processors that the model's own generation_config turns on (e.g. a
     repetition_penalty) run before ours, so the recorded log-probs stay those sampled from.
     The trainer recomputes the ratio's old log-probs with its own forward pass at the member's
     temperature (and refuses top-k / top-p / greedy sampling in training); these feed the

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from srpo.rollout.policies import Policy
+from srpo.rollout.policies import Policy, parameter_version
 
 
 @dataclass
@@ -37,19 +37,19 @@ class _MergedCopy:
 
 
 def _split_versions(model: Any) -> tuple[tuple, tuple]:
-    """(adapter parameters' versions, the other parameters' versions): each parameter's storage
-    and version counter, as srpo.rollout.policies.weights_version."""
+    """(adapter parameters' versions, the other parameters' versions), split from what
+    srpo.rollout.policies.weights_version reads."""
     adapters, base = [], []
     for name, p in model.named_parameters():
-        (adapters if "lora_" in name else base).append((p.data_ptr(), p._version))
+        (adapters if "lora_" in name else base).append(parameter_version(p))
     return tuple(adapters), tuple(base)
 
 
 def _refreshable_pairs(policy: Policy, merged: Any) -> list[tuple[Any, torch.nn.Linear]] | None:
     """Each plain-LoRA linear of the policy with its merged counterpart, or None when some
     adapted layer is not one whose merge is W + get_delta_weight (then every refresh rebuilds)."""
-    from peft.tuners.lora.layer import LoraLayer
     from peft.tuners.lora.layer import Linear as LoraLinear
+    from peft.tuners.lora.layer import LoraLayer
 
     base_model = policy.model.get_base_model()
     pairs = []

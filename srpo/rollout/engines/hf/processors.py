@@ -63,8 +63,9 @@ class InverseCdfSampler(LogitsProcessor):
     against 25.6-26.2 ms for the same draw through one float64 softmax and cumsum over the
     whole vocabulary (float64 exp and cumsum ran ~15x slower than float32 here), and 67-86 ms
     for the torch.multinomial that HF's sampling calls. On the default job's rounds (72 rows, 24
-    new tokens, 5 rounds each, alternated) generation went from 317 to 371 tokens a second. It runs after every warper and the log-prob recorder, so those see the
-    distribution the token is drawn from.
+    new tokens, 5 rounds each, alternated) generation went from 317 to 371 tokens a second. It
+    runs after every warper and the log-prob recorder, so those see the distribution the token
+    is drawn from.
     """
 
     def __init__(self, block: int = 256):
