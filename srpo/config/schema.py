@@ -430,6 +430,10 @@ class TrainConfig(_Section):
     # most dynamic_sampling_max_draws rollouts a step; what is dropped is logged and counted
     dynamic_sampling: bool = False
     dynamic_sampling_max_draws: int = 3
+    # roll out every draw of a step at once (one batch per policy and round) and choose after,
+    # in draw order: the same tasks and choice, more rows per generate call, and the draws a
+    # sequential step would have stopped before are generated anyway (docs/training.md)
+    dynamic_sampling_at_once: bool = False
     threads: int | None = None  # torch CPU threads (None = torch's default)
     # truncated importance sampling (docs/algorithms.md): weight each ratio unit's loss by
     # min(pi_old / pi_sampler, tis_cap), the sampler's recorded log-probs against the trainer's

@@ -81,6 +81,13 @@ class Sampler:
                 return self.runner.run(tasks, self.workflow, group_size=self.cfg.group_size,
                                        on_round=on_round).episodes
 
+    def draw_tasks(self, step: int, draw: int, drawn: set[str]) -> list[Task]:
+        """Draw `draw` (>= 1) of a step's dynamic sampling: tasks_per_step fresh tasks, a
+        deterministic function of the step, the draw and the tasks drawn before it."""
+        rng = random.Random(f"{self.cfg.seed}/dynamic/{step}/{draw}")
+        fresh = [task for task in self.train_tasks if task.task_id not in drawn]
+        return rng.sample(fresh, min(self.cfg.train.tasks_per_step, len(fresh)))
+
     def rollout_step(self, step: int) -> StepRollout:
         """The step's episodes to train on, and every episode generated.
 
@@ -93,43 +100,71 @@ class Sampler:
         rollout/dynamic/*. If no task of any draw is informative, the first draw is kept (its
         update is a zero step). When the kept episodes are one whole draw, the batch built to
         judge it is the step's (StepRollout.prepared).
+
+        With dynamic_sampling_at_once every draw is rolled out in one rollout (one batch per
+        policy and round) and judged after: the same tasks and the same choice in draw order, at
+        the cost of the draws a sequential step would not have needed (docs/training.md).
         """
         t = self.cfg.train
-        first = self.rollout(step)
         if not t.dynamic_sampling:
+            first = self.rollout(step)
             return StepRollout(first, first, {})
-        generated, kept, kept_tasks = list(first), [], []
-        drawn = {e.task.task_id for e in first}
-        pending, draws = first, 1
-        judged: list[tuple[list[Episode], tuple[FlatBatch, dict[str, float]]]] = []
-        while True:
-            prepared = prepare(self.spec, pending, self.pad_id, self.cfg.device)
-            judged.append((pending, prepared))
-            batch = prepared[0]
-            informative = {batch.set_task[s] for s in informative_sets(batch).nonzero().flatten().tolist()}
-            for task_id in dict.fromkeys(e.task.task_id for e in pending):
-                if task_id in informative and len(kept_tasks) < t.tasks_per_step:
-                    kept_tasks.append(task_id)
-                    kept += [e for e in pending if e.task.task_id == task_id]
-            if len(kept_tasks) >= t.tasks_per_step or draws >= t.dynamic_sampling_max_draws:
-                break
-            rng = random.Random(f"{self.cfg.seed}/dynamic/{step}/{draws}")
-            fresh = [task for task in self.train_tasks if task.task_id not in drawn]
-            extra = rng.sample(fresh, min(t.tasks_per_step, len(fresh)))
-            if not extra:
-                break
-            drawn.update(task.task_id for task in extra)
-            pending = self.rollout(step, extra, draw=draws)
-            generated += pending
-            draws += 1
+        if t.dynamic_sampling_at_once:
+            draws = [self.tasks_for_step(step)]
+            drawn = {task.task_id for task in draws[0]}
+            for d in range(1, t.dynamic_sampling_max_draws):
+                extra = self.draw_tasks(step, d, drawn)
+                if not extra:
+                    break
+                drawn.update(task.task_id for task in extra)
+                draws.append(extra)
+            generated = self.rollout(step, [task for tasks in draws for task in tasks])
+            n_first = len(draws[0]) * self.cfg.group_size
+            first = generated[:n_first]
+            kept_tasks, kept, prepared = self._keep_informative(generated, [], [])
+            judged_batches, n_draws = [(generated, prepared)], len(draws)
+        else:
+            first = self.rollout(step)
+            generated, kept, kept_tasks = list(first), [], []
+            drawn = {e.task.task_id for e in first}
+            pending, n_draws = first, 1
+            judged_batches = []
+            while True:
+                kept_tasks, kept, prepared = self._keep_informative(pending, kept_tasks, kept)
+                judged_batches.append((pending, prepared))
+                if len(kept_tasks) >= t.tasks_per_step or n_draws >= t.dynamic_sampling_max_draws:
+                    break
+                extra = self.draw_tasks(step, n_draws, drawn)
+                if not extra:
+                    break
+                drawn.update(task.task_id for task in extra)
+                pending = self.rollout(step, extra, draw=n_draws)
+                generated += pending
+                n_draws += 1
         kept = kept or first
         kept_ids = {id(e) for e in kept}
         dropped = [e for e in generated if id(e) not in kept_ids]
         tokens = rollout_metrics(dropped).get("tokens/generated", 0.0) if dropped else 0.0
-        whole = [p for episodes, p in judged if len(episodes) == len(kept) and all(a is b for a, b in zip(episodes, kept))]
+        whole = [p for episodes, p in judged_batches if len(episodes) == len(kept)
+                 and all(a is b for a, b in zip(episodes, kept))]
         return StepRollout(kept, generated, {
-            "rollout/dynamic/draws": float(draws),
+            "rollout/dynamic/draws": float(n_draws),
             "rollout/dynamic/informative_tasks": float(len(kept_tasks)),
             "rollout/dynamic/dropped_episodes": float(len(dropped)),
             "rollout/dynamic/dropped_tokens": float(tokens),
         }, whole[0] if whole else None)
+
+    def _keep_informative(self, pending: list[Episode], kept_tasks: list[str], kept: list[Episode]
+                          ) -> tuple[list[str], list[Episode], tuple[FlatBatch, dict[str, float]]]:
+        """Judge `pending` (one batch with the method's advantages: a group's are non-zero when
+        its own rewards differ, whatever else the batch holds) and append its informative tasks, in order, to copies of
+        kept_tasks / kept until tasks_per_step are kept. Returns them and the judged batch."""
+        prepared = prepare(self.spec, pending, self.pad_id, self.cfg.device)
+        batch = prepared[0]
+        informative = {batch.set_task[s] for s in informative_sets(batch).nonzero().flatten().tolist()}
+        kept_tasks, kept = list(kept_tasks), list(kept)
+        for task_id in dict.fromkeys(e.task.task_id for e in pending):
+            if task_id in informative and len(kept_tasks) < self.cfg.train.tasks_per_step:
+                kept_tasks.append(task_id)
+                kept += [e for e in pending if e.task.task_id == task_id]
+        return kept_tasks, kept, prepared

@@ -75,3 +75,33 @@ def test_dynamic_sampling_is_refused_for_data_parallel_runs(tmp_path, monkeypatc
     monkeypatch.setattr(trainer_module, "init_distributed", lambda device: DistContext(0, 2, 0))
     with pytest.raises(ValueError, match="train.dynamic_sampling runs in one process only"):
         _trainer(tmp_path, "train.dynamic_sampling=true")
+
+
+def test_drawing_at_once_rolls_out_every_draw_in_one_rollout_and_keeps_in_draw_order(tmp_path):
+    trainer = _trainer(tmp_path, "train.dynamic_sampling=true", "train.dynamic_sampling_max_draws=3",
+                       "train.dynamic_sampling_at_once=true")
+    calls = []
+    rollout = trainer.sampler.rollout
+    trainer.sampler.rollout = lambda step, tasks=None, draw=0: calls.append(tasks) or rollout(step, tasks, draw)
+    step = trainer.rollout_step(0)
+    kept, generated, m = step.episodes, step.generated, step.metrics
+    assert len(calls) == 1 and len(calls[0]) == 12  # 3 draws of 4 tasks, one rollout
+    assert m["rollout/dynamic/draws"] == 3 and len(generated) == 24
+    # the same tasks a sequential step draws, in the same order
+    sequential = _trainer(tmp_path / "seq", "train.dynamic_sampling=true", "train.dynamic_sampling_max_draws=3")
+    first = sequential.sampler.tasks_for_step(0)
+    drawn = {t.task_id for t in first}
+    second = sequential.sampler.draw_tasks(0, 1, drawn)
+    third = sequential.sampler.draw_tasks(0, 2, drawn | {t.task_id for t in second})
+    assert [t.task_id for t in calls[0]] == [t.task_id for t in first + second + third]
+    # kept: the first informative tasks in draw order, whole groups, at most tasks_per_step
+    batch, _ = prepare_step(trainer.spec, build_flat_batch(generated, trainer.pad_id), None)
+    informative = {batch.set_task[s] for s in informative_sets(batch).nonzero().flatten().tolist()}
+    expected = [t.task_id for t in calls[0] if t.task_id in informative][:4]
+    assert list(dict.fromkeys(e.task.task_id for e in kept)) == expected
+    assert m["rollout/dynamic/informative_tasks"] == len(expected) > 0
+    assert m["rollout/dynamic/dropped_episodes"] == 24 - len(kept) == 24 - 2 * len(expected)
+    # a whole run trains on it
+    (row,) = _trainer(tmp_path / "run", "train.dynamic_sampling=true",
+                      "train.dynamic_sampling_at_once=true").train().history
+    assert row["rollout/episodes"] == 24
