@@ -393,7 +393,8 @@ def test_the_inverse_cdf_sampler_draws_from_softmax_of_the_scores():
     probs = torch.tensor([0.5, 0.3, 0.15, 0.05, 0.0])
     scores = probs.log().expand(20_000, 5).contiguous()  # 20,000 independent rows, one draw each
     forced = InverseCdfSampler()(torch.zeros(20_000, 1, dtype=torch.long), scores)
-    assert bool(((forced == 0).sum(dim=-1) == 1).all())  # exactly one allowed token a row
+    assert forced is scores  # in place: generate's own copy of the step's scores
+    assert bool((forced.isposinf().sum(dim=-1) == 1).all())  # exactly one drawn token a row
     counts = torch.bincount(forced.argmax(dim=-1), minlength=5).double() / 20_000
     # binomial std at p = 0.5 and n = 20,000 is 0.0035: 4 std
     torch.testing.assert_close(counts, probs.double(), rtol=0, atol=0.014)
@@ -414,9 +415,14 @@ def test_the_blocked_inverse_cdf_draws_the_token_of_one_float64_cdf(vocab, block
         scores[:, -1] = float("-inf")  # cut tokens at the end of the vocabulary and of a block
         scores[:, block - 1 :: block] = float("-inf")
         torch.manual_seed(trial)
-        drawn = InverseCdfSampler(block=block)(torch.zeros(64, 1, dtype=torch.long), scores)
-        assert bool(((drawn == 0).sum(dim=-1) == 1).all())
+        sampler = InverseCdfSampler(block=block, record=True)
+        drawn = sampler(torch.zeros(64, 1, dtype=torch.long), scores.clone())
+        assert bool((drawn.isposinf().sum(dim=-1) == 1).all())
         token = drawn.argmax(dim=-1)  # [B]
+        # the recorded log-prob is log_softmax(scores) at the drawn token
+        recorded = sampler.finish(torch.zeros(64, 1, dtype=torch.long))  # [B, 1]
+        expected = torch.log_softmax(scores.double(), dim=-1).gather(1, token[:, None])
+        torch.testing.assert_close(recorded.double(), expected, atol=2e-5, rtol=1e-5)
         assert bool(torch.isfinite(scores.gather(1, token[:, None])).all())  # never a cut token
         torch.manual_seed(trial)
         u = torch.rand(64, 1, dtype=torch.float64)  # the sampler's own draw
@@ -425,6 +431,19 @@ def test_the_blocked_inverse_cdf_draws_the_token_of_one_float64_cdf(vocab, block
         agree += int((token == reference).sum())
         total += 64
     assert agree >= total - 2, (agree, total)  # a boundary may round the other way
+
+
+def test_the_sampler_refuses_scores_it_cannot_draw_from():
+    from srpo.rollout.engines.hf.processors import InverseCdfSampler
+
+    ids = torch.zeros(2, 1, dtype=torch.long)
+    for bad in (float("nan"), float("inf")):
+        scores = torch.zeros(2, 10)
+        scores[1, 3] = bad
+        with pytest.raises(ValueError, match="NaN or \\+inf"):
+            InverseCdfSampler()(ids, scores)
+    with pytest.raises(ValueError, match="NaN or \\+inf"):
+        InverseCdfSampler()(ids, torch.full((2, 10), float("-inf")))
 
 
 def test_an_unknown_sampler_is_refused(tiny):

@@ -65,11 +65,12 @@ class HFGenerateBackend:
 
     Sampling-time log-probs (record_logprobs=True): log-softmax of the scores the token was
     drawn from, i.e. after temperature, top-k and top-p, exactly as HF samples. Those warpers are
-    passed as our own processors (HF's built-in ones are turned off) so that a recorder can run
-    after them; the token is then drawn by our own inverse-CDF sampler (`InverseCdfSampler`,
-    ~2 ms a step on [72, 49152] scores against 67-86 ms for HF's torch.multinomial) and HF
-    decodes "greedily" on it. Greedy decoding (temperature 0) records the log-softmax of the
-    raw logits (temperature 1). Processors that the model's own generation_config turns on (e.g. a
+    passed as our own processors (HF's built-in ones are turned off) so that what runs after
+    them sees the final scores: our own inverse-CDF sampler (`InverseCdfSampler`, which draws
+    the token, records its log-prob from the same pass over the vocabulary, and hands HF scores
+    on which it decodes "greedily"; HF's torch.multinomial took 67-86 ms a step on [72, 49152]
+    scores), or, with sampler="multinomial" or greedy decoding, `SampledLogprobRecorder`.
+    Greedy decoding (temperature 0) records the log-softmax of the raw logits (temperature 1). Processors that the model's own generation_config turns on (e.g. a
     repetition_penalty) run before ours, so the recorded log-probs stay those sampled from.
     The trainer recomputes the ratio's old log-probs with its own forward pass at the member's
     temperature (and refuses top-k / top-p / greedy sampling in training); these feed the
@@ -159,12 +160,14 @@ class HFGenerateBackend:
                 processors.append(TopKLogitsWarper(top_k=sampling.top_k))
             if sampling.top_p < 1.0:
                 processors.append(TopPLogitsWarper(top_p=sampling.top_p))
-        recorder = SampledLogprobRecorder() if self.record_logprobs else None
-        if recorder is not None:
-            processors.append(recorder)
         own_draw = not sampling.greedy and self.sampler == "inverse_cdf"
-        if own_draw:  # draws the token; HF then decodes "greedily" on its choice
-            processors.append(InverseCdfSampler())
+        recorder: SampledLogprobRecorder | InverseCdfSampler | None = None
+        if own_draw:  # draws the token (and records its log-prob); HF then decodes "greedily" on it
+            recorder = InverseCdfSampler(record=self.record_logprobs)
+            processors.append(recorder)
+        elif self.record_logprobs:
+            recorder = SampledLogprobRecorder()
+            processors.append(recorder)
         config = GenerationConfig(
             max_new_tokens=sampling.max_new_tokens,
             # HF's own warpers are off (temperature 1, no top-k/top-p): ours above do the same
@@ -209,7 +212,7 @@ class HFGenerateBackend:
             if head_hook is not None:
                 head_hook.remove()
         new = sequences[:, width:].cpu()
-        logprobs = recorder.finish(sequences) if recorder is not None else None
+        logprobs = recorder.finish(sequences) if recorder is not None and self.record_logprobs else None
         gens = []
         for i in range(len(prompts)):
             ids, reason = finish_tokens(
