@@ -11,6 +11,9 @@ Its section, `rollout.hf`:
     merge_lora: false        # LoRA policies generate from a copy with the adapter merged into
                              # the base (one matmul a layer instead of three), re-merged in place
                              # after every optimizer step; the same policy up to float rounding
+    compact_finished: false  # srpo's own decode loop: rows that have finished leave the batch
+                             # (a quarter of it at a time) instead of running to the longest
+                             # row's end; generate's computation for every live row
 
 It samples the policy being trained itself (no `samples_trained_policy` needed). The backend is
 HFGenerateBackend (.backend); the per-step processors and the shared prefill are .processors and
@@ -34,6 +37,7 @@ class HFSettings(EngineSettings):
     sampler: str = "inverse_cdf"  # "inverse_cdf" (srpo's own draw) | "multinomial" (HF's)
     share_prefill: bool = True  # one prefill per distinct prompt of a batch (docs/training.md)
     merge_lora: bool = False  # generate from a merged copy of each LoRA policy (docs/training.md)
+    compact_finished: bool = False  # drop finished rows from the batch (docs/training.md)
 
     @field_validator("sampler")
     @classmethod
@@ -48,7 +52,8 @@ def build(cfg: Any, policies: Any) -> HFGenerateBackend:
     own = cfg.rollout.settings_of("hf")
     return HFGenerateBackend(policies, max_batch_size=cfg.rollout.max_batch_size,
                              record_logprobs=cfg.rollout.record_logprobs, sampler=own.sampler,
-                             share_prefill=own.share_prefill, merge_lora=own.merge_lora)
+                             share_prefill=own.share_prefill, merge_lora=own.merge_lora,
+                             compact_finished=own.compact_finished)
 
 
 ENGINE = Engine(

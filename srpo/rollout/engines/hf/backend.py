@@ -26,6 +26,7 @@ from srpo.rollout.backends import (
     check_requests,
     finish_tokens,
 )
+from srpo.rollout.engines.hf.decode import decode_compacting
 from srpo.rollout.engines.hf.merged import MergedLoraCopies
 from srpo.rollout.engines.hf.prefill import prefill_shared_prompts
 from srpo.rollout.engines.hf.processors import (
@@ -76,6 +77,13 @@ class HFGenerateBackend:
     temperature (and refuses top-k / top-p / greedy sampling in training); these feed the
     train/inference mismatch diagnostic.
 
+    compact_finished: generate with srpo's own decode loop, which drops the rows that have
+    finished from the batch (srpo.rollout.engines.hf.decode) instead of running them to the
+    longest row's end; the same computation per live row (tested token for token against
+    `generate` in float32). It applies srpo's own processors only (temperature, top-k, top-p, the
+    draw), not those a model's generation_config would add; HF's multinomial sampler keeps HF's
+    loop.
+
     Generation runs in the policies' compute precision (PolicySet.compute: bf16 autocast when
     model.dtype resolves to bfloat16). merge_lora: a LoRA policy generates from a merged copy
     of itself, rebuilt after every change of its weights (srpo.rollout.engines.hf.merged).
@@ -90,6 +98,7 @@ class HFGenerateBackend:
         sampler: str = "inverse_cdf",
         share_prefill: bool = False,
         merge_lora: bool = False,
+        compact_finished: bool = False,
     ):
         check_backend_args("HFGenerateBackend", policies, max_batch_size)
         self.policies = policies
@@ -101,6 +110,7 @@ class HFGenerateBackend:
         self.share_prefill = share_prefill
         # LoRA policies generate from a merged copy (srpo.rollout.engines.hf.merged)
         self.merged = MergedLoraCopies() if merge_lora else None
+        self.compact_finished = compact_finished
         self.stats = BackendStats()
 
     def generate(self, policy: str, requests: Sequence[GenerationRequest]) -> list[Generation]:
@@ -161,6 +171,9 @@ class HFGenerateBackend:
             if sampling.top_p < 1.0:
                 processors.append(TopPLogitsWarper(top_p=sampling.top_p))
         own_draw = not sampling.greedy and self.sampler == "inverse_cdf"
+        # srpo's own decode loop drops finished rows (srpo.rollout.engines.hf.decode); it draws
+        # with the inverse-CDF sampler or greedily, so HF's multinomial keeps HF's loop
+        compacting = self.compact_finished and (sampling.greedy or own_draw)
         recorder: SampledLogprobRecorder | InverseCdfSampler | None = None
         if own_draw:  # draws the token (and records its log-prob); HF then decodes "greedily" on it
             recorder = InverseCdfSampler(record=self.record_logprobs)
@@ -199,20 +212,34 @@ class HFGenerateBackend:
                 shared = prefill_shared_prompts(model, input_ids, attention) if self.share_prefill else None
                 if shared is not None:
                     self.stats.prefill_rows_shared += len(prompts) - shared[1]
-                sequences = model.generate(
-                    input_ids=input_ids,
-                    attention_mask=attention,
-                    generation_config=config,
-                    logits_processor=processors,
-                    stopping_criteria=stopping,
-                    **(shared[0] if shared is not None else {}),
-                )
+                if compacting:
+                    draw = recorder if own_draw else None
+                    warpers = [p for p in processors if p is not recorder]
+                    new, logprobs = decode_compacting(
+                        model, input_ids, attention, processors=warpers, draw=draw,
+                        stop=(lambda ids: stopping(ids, None)) if sampling.stop else None,
+                        max_new_tokens=sampling.max_new_tokens, eos_id=eos_id, pad_id=pad_id,
+                        record=self.record_logprobs,
+                        shared=next(iter(shared[0].items())) if shared is not None else None,
+                    )
+                    new = new.cpu()
+                    logprobs = logprobs.cpu() if logprobs is not None else None
+                else:
+                    sequences = model.generate(
+                        input_ids=input_ids,
+                        attention_mask=attention,
+                        generation_config=config,
+                        logits_processor=processors,
+                        stopping_criteria=stopping,
+                        **(shared[0] if shared is not None else {}),
+                    )
         finally:
             model.train(was_training)
             if head_hook is not None:
                 head_hook.remove()
-        new = sequences[:, width:].cpu()
-        logprobs = recorder.finish(sequences) if recorder is not None and self.record_logprobs else None
+        if not compacting:
+            new = sequences[:, width:].cpu()
+            logprobs = recorder.finish(sequences) if recorder is not None and self.record_logprobs else None
         gens = []
         for i in range(len(prompts)):
             ids, reason = finish_tokens(
