@@ -71,8 +71,9 @@ class HFGenerateBackend:
     the token, records its log-prob from the same pass over the vocabulary, and hands HF scores
     on which it decodes "greedily"; HF's torch.multinomial took 67-86 ms a step on [72, 49152]
     scores), or, with sampler="multinomial" or greedy decoding, `SampledLogprobRecorder`.
-    Greedy decoding (temperature 0) records the log-softmax of the raw logits (temperature 1). Processors that the model's own generation_config turns on (e.g. a
-    repetition_penalty) run before ours, so the recorded log-probs stay those sampled from.
+    Greedy decoding (temperature 0) records the log-softmax of the raw logits (temperature 1).
+    Processors that the model's own generation_config turns on (e.g. a repetition_penalty) run
+    before ours, so the recorded log-probs stay those sampled from.
     The trainer recomputes the ratio's old log-probs with its own forward pass at the member's
     temperature (and refuses top-k / top-p / greedy sampling in training); these feed the
     train/inference mismatch diagnostic.
@@ -162,25 +163,24 @@ class HFGenerateBackend:
         for i, p in enumerate(prompts):  # left padding: every prompt ends at column width-1
             input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
             attention[i, width - len(p) :] = 1
-        processors = LogitsProcessorList()
+        warpers = []
         if not sampling.greedy:
             if sampling.temperature != 1.0:
-                processors.append(TemperatureLogitsWarper(sampling.temperature))
+                warpers.append(TemperatureLogitsWarper(sampling.temperature))
             if sampling.top_k > 0:
-                processors.append(TopKLogitsWarper(top_k=sampling.top_k))
+                warpers.append(TopKLogitsWarper(top_k=sampling.top_k))
             if sampling.top_p < 1.0:
-                processors.append(TopPLogitsWarper(top_p=sampling.top_p))
+                warpers.append(TopPLogitsWarper(top_p=sampling.top_p))
         own_draw = not sampling.greedy and self.sampler == "inverse_cdf"
         # srpo's own decode loop drops finished rows (srpo.rollout.engines.hf.decode); it draws
         # with the inverse-CDF sampler or greedily, so HF's multinomial keeps HF's loop
         compacting = self.compact_finished and (sampling.greedy or own_draw)
-        recorder: SampledLogprobRecorder | InverseCdfSampler | None = None
-        if own_draw:  # draws the token (and records its log-prob); HF then decodes "greedily" on it
-            recorder = InverseCdfSampler(record=self.record_logprobs)
-            processors.append(recorder)
-        elif self.record_logprobs:
-            recorder = SampledLogprobRecorder()
-            processors.append(recorder)
+        # the draw records its own log-probs; otherwise (greedy, multinomial) a recorder runs
+        # last in generate's processors (srpo's decode loop records greedy log-probs itself)
+        draw = InverseCdfSampler(record=self.record_logprobs) if own_draw else None
+        recorder = (SampledLogprobRecorder() if self.record_logprobs and draw is None and not compacting
+                    else None)
+        processors = LogitsProcessorList([*warpers, *(p for p in (recorder, draw) if p is not None)])
         config = GenerationConfig(
             max_new_tokens=sampling.max_new_tokens,
             # HF's own warpers are off (temperature 1, no top-k/top-p): ours above do the same
@@ -213,8 +213,6 @@ class HFGenerateBackend:
                 if shared is not None:
                     self.stats.prefill_rows_shared += len(prompts) - shared[1]
                 if compacting:
-                    draw = recorder if own_draw else None
-                    warpers = [p for p in processors if p is not recorder]
                     new, logprobs = decode_compacting(
                         model, input_ids, attention, processors=warpers, draw=draw,
                         stop=(lambda ids: stopping(ids, None)) if sampling.stop else None,
@@ -239,7 +237,8 @@ class HFGenerateBackend:
                 head_hook.remove()
         if not compacting:
             new = sequences[:, width:].cpu()
-            logprobs = recorder.finish(sequences) if recorder is not None and self.record_logprobs else None
+            logger = draw if draw is not None else recorder
+            logprobs = logger.finish(sequences) if self.record_logprobs and logger is not None else None
         gens = []
         for i in range(len(prompts)):
             ids, reason = finish_tokens(

@@ -88,8 +88,9 @@ def decode_compacting(
                     logits_to_keep=1)
         name = "cache" if "cache" in out else "past_key_values"  # transformers 5.x / 4.x
     cache = out[name]
-    finished_waiting = 0  # finished rows still in the batch
-    done = torch.zeros(rows, dtype=torch.bool, device=device)  # [B'] finished, by live row
+    # [B'] finished, by row of the batch; a compaction drops every finished row, so done.sum()
+    # counts the finished rows still in the batch
+    done = torch.zeros(rows, dtype=torch.bool, device=device)
     for step in range(max_new_tokens):
         scores = out.logits[:, -1, :].to(dtype=torch.float32, copy=True)  # [B', V]
         for processor in processors:
@@ -112,15 +113,13 @@ def decode_compacting(
         if stop is not None:
             ended |= ~done & stop(ids)
         done |= ended
-        finished_waiting += int(ended.sum())
         if bool(done.all()) or step == max_new_tokens - 1:
             break
-        if compact_when(finished_waiting, len(live)):
+        if compact_when(int(done.sum()), len(live)):
             keep = (~done).nonzero().squeeze(1)  # [B''] live rows that go on
             _select_rows(cache, keep)
             live, ids, mask = live[keep], ids[keep], mask[keep]
             next_position, done = next_position[keep], done[keep]
-            finished_waiting = 0
         out = model(input_ids=ids[:, -1:], attention_mask=mask, position_ids=next_position[:, None],
                     use_cache=True, logits_to_keep=1, **{name: cache})
         next_position = next_position + 1
