@@ -264,5 +264,6 @@ def build_rollout(cfg: Config, *, workflow: str | None = None,
     backend = build_backend(cfg, policies)
     pack = task_pack(cfg)
     runner = RolloutRunner(agents, backend, pack.make_reward(cfg.task), seed=cfg.seed,
-                           answer_key=pack.answer_key)
+                           answer_key=pack.answer_key,
+                           overlong_penalty=cfg.train.overlong_penalty)
     return runner, wf

@@ -441,6 +441,10 @@ class TrainConfig(_Section):
     # rollout.record_logprobs; lets a sampler that is not the trained policy (CTranslate2 int8)
     # be trained on
     tis_cap: Float = 0.0
+    # DAPO's overlong punishment at set level (srpo.rollout.overlong): each training episode's
+    # reward gets overlong = -w * (share of its outputs the token budget cut); 0 = off.
+    # Held-out evaluation never includes it
+    overlong_penalty: Float = 0.0
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -461,7 +465,10 @@ class TrainConfig(_Section):
         if self.tis_cap != 0 and not self.tis_cap >= 1:
             raise ConfigError(f"train.tis_cap must be 0 (off) or >= 1 (the largest importance "
                               f"weight kept), got {self.tis_cap}")
-        for key in ("weight_decay", "grad_clip", "kl_beta", "entropy_alpha", "warmup_steps"):
+        if not math.isfinite(self.overlong_penalty):
+            raise ConfigError(f"train.overlong_penalty must be finite, got {self.overlong_penalty}")
+        for key in ("weight_decay", "grad_clip", "kl_beta", "entropy_alpha", "warmup_steps",
+                    "overlong_penalty"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"train.{key} must be >= 0, got {getattr(self, key)}")
         if self.threads is not None and self.threads < 1:  # torch would fail much later

@@ -26,6 +26,7 @@ from typing import Any
 
 from srpo.rollout.agents import AgentSpec, check_agent_names
 from srpo.rollout.backends import STOP_REASONS, Generation, GenerationBackend, GenerationRequest
+from srpo.rollout.overlong import apply_overlong_penalty, check_penalty
 from srpo.rollout.policies import check_policy_names
 from srpo.types import Episode, Task
 from srpo.workflows.base import (
@@ -130,6 +131,10 @@ class RolloutRunner:
     seed: seeds each episode's ctx.rng (workflow-level randomness, e.g. mixed's draw).
     answer_key: (text) -> the final answer it states, normalized, or None; what majority votes
         compare (the task pack's; default: the whole text, whitespace-normalized).
+    overlong_penalty: w >= 0; when > 0 every episode's reward gets the component
+        overlong = -w * (share of its outputs the token budget cut), and a transition with its
+        own reward is charged for its members' share (srpo.rollout.overlong). A training
+        setting (train.overlong_penalty); evaluation runners leave it at 0.
     """
 
     def __init__(
@@ -140,6 +145,7 @@ class RolloutRunner:
         *,
         seed: int = 0,
         answer_key: Callable[[str], str | None] | None = None,
+        overlong_penalty: float = 0.0,
     ):
         if not isinstance(agents, Mapping):
             agents = {a.name: a for a in agents}
@@ -152,6 +158,7 @@ class RolloutRunner:
         self.reward_fn = reward_fn
         self.seed = seed
         self.answer_key = answer_key
+        self.overlong_penalty = check_penalty(overlong_penalty)
 
     # ------------------------------------------------------------------ tokenization
 
@@ -380,6 +387,8 @@ class RolloutRunner:
                 f"(or a dict of reward components)"
             )
         components = normalize_reward(value, what=f"the return value of {where}")
+        if self.overlong_penalty > 0:
+            components = apply_overlong_penalty(components, ctx.transitions, self.overlong_penalty)
         metadata = {"rollout_index": ctx.rollout_index, **ctx.metadata}
         return Episode(
             task=ctx.task,

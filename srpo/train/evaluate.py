@@ -103,13 +103,15 @@ def top_answer(episodes: Sequence[Episode]) -> tuple[str | None, float | None]:
 
 
 def greedy_runner(runner: RolloutRunner, seed: int) -> RolloutRunner:
-    """The same agents, backend and reward with every agent decoding greedily; a fixed seed so
-    workflow-level draws (mixed, routed fallbacks) are the same at every evaluation."""
+    """The same agents, backend, reward and answer key with every agent decoding greedily; a
+    fixed seed so workflow-level draws (mixed, routed fallbacks) are the same at every
+    evaluation. No overlong penalty: held-out rewards are the task's alone."""
     agents = {
         name: dataclasses.replace(spec, sampling=spec.sampling.replace(temperature=0.0))
         for name, spec in runner.agents.items()
     }
-    return RolloutRunner(agents, runner.backend, runner.reward_fn, seed=seed)
+    return RolloutRunner(agents, runner.backend, runner.reward_fn, seed=seed,
+                         answer_key=runner.answer_key)
 
 
 def success_component_of(reward_fn: Any) -> str:

@@ -1,0 +1,103 @@
+"""train.overlong_penalty (srpo.rollout.overlong): a cut output charges its episode, and a
+transition with its own reward charges its set, by hand-computed values; evaluation never
+sees it; bad values are refused with the key named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rollout_helpers import make_tasks, scripted_runner, tok  # noqa: F401 (tok is a fixture)
+
+from srpo.build import build_rollout
+from srpo.config import ConfigError, load_config
+from srpo.rollout.overlong import apply_overlong_penalty, check_penalty, cut_share
+from srpo.train.evaluate import greedy_runner
+from srpo.types import ActiveSet, Member
+from srpo.workflows import build_workflow
+
+SMOKE = Path(__file__).resolve().parents[2] / "srpo" / "presets" / "smoke.yaml"
+
+# The byte tokenizer makes one token a character, so with max_new_tokens=16 the checker's
+# 40-character reply is cut at 16 tokens ("4 is my answer a", no eos: stop_reason "length");
+# its last number is still 4, so every member's answer scores correct.
+LONG = "4 is my answer after a long long while.."
+SHORT = "\\boxed{4}"
+
+
+def script(req):
+    return LONG if req.agent == "checker" else SHORT
+
+
+def debate(**params):
+    return build_workflow("debate", {"debaters": ["debater", "checker", "debater"], "rounds": 1,
+                                     **params})
+
+
+def member(stop_reason: str) -> Member:
+    return Member("a", "p", [1], [2, 3], [1, 1], stop_reason=stop_reason)
+
+
+def test_cut_share_counts_length_stops_only():
+    assert cut_share([member("length"), member("eos"), member("stop"), member("length")]) == 0.5
+    assert cut_share([member("eos")]) == 0.0
+    with pytest.raises(ValueError, match="at least one output"):
+        cut_share([])
+
+
+def test_episode_reward_charged_for_its_cut_share(tok):  # noqa: F811
+    runner, _ = scripted_runner(tok, script, max_new_tokens=16)
+    plain = runner.run(make_tasks(2), debate(), group_size=2).episodes
+    runner.overlong_penalty = check_penalty(0.6)
+    shaped = runner.run(make_tasks(2), debate(), group_size=2).episodes
+    for p, s in zip(plain, shaped):
+        stops = [m.stop_reason for m in s.transitions[0].members]
+        assert stops == ["eos", "length", "eos"]
+        # correct 1.0 + format 0.1 (scripted_runner's MathReward), no overlong component
+        assert p.reward_components == pytest.approx({"correct": 1.0, "format": 0.1})
+        # -0.6 * 1/3 = -0.2; 1.1 - 0.2 = 0.9
+        assert s.reward_components == pytest.approx({"correct": 1.0, "format": 0.1,
+                                                     "overlong": -0.2})
+        assert s.reward == pytest.approx(0.9)
+        assert s.set_returns() == pytest.approx([0.9])
+
+
+def test_transition_with_its_own_reward_is_charged_for_its_members(tok):  # noqa: F811
+    runner, _ = scripted_runner(tok, script, max_new_tokens=16, overlong_penalty=0.6)
+    ep = runner.run(make_tasks(1), debate(credit="debaters"), group_size=1).episodes[0]
+    # credit "debaters": mean of the 3 members' own rewards = 1.1; one of 3 cut: 1.1 - 0.2
+    assert ep.transitions[0].reward == pytest.approx(0.9)
+    assert ep.metadata["debaters_credit_r1"] == pytest.approx(1.1)  # the workflow's own credit
+    assert ep.reward_components["overlong"] == pytest.approx(-0.2)
+
+
+def test_apply_charges_every_transition_by_its_own_share():
+    sets = [ActiveSet((member("length"), member("length")), "round-1", "t", 0, reward=1.0),
+            ActiveSet((member("eos"), member("length")), "round-2", "t", 1, reward=None)]
+    out = apply_overlong_penalty({"correct": 1.0}, sets, 0.4)
+    # 3 of 4 outputs cut: -0.4 * 0.75 = -0.3; round-1 (2 of 2 cut): 1.0 - 0.4 = 0.6
+    assert out == pytest.approx({"correct": 1.0, "overlong": -0.3})
+    assert sets[0].reward == pytest.approx(0.6) and sets[1].reward is None
+    with pytest.raises(ValueError, match="already has a component named 'overlong'"):
+        apply_overlong_penalty({"overlong": 1.0}, sets, 0.4)
+
+
+@pytest.mark.parametrize("bad", [-0.1, float("nan"), float("inf"), True, "0.5"])
+def test_runner_refuses_a_bad_penalty(tok, bad):  # noqa: F811
+    with pytest.raises((ValueError, TypeError), match="overlong penalty"):
+        scripted_runner(tok, script, overlong_penalty=bad)
+
+
+@pytest.mark.parametrize("value,match", [("-1", ">= 0"), (".inf", "finite"), (".nan", "finite")])
+def test_config_refuses_a_bad_penalty(value, match):
+    with pytest.raises(ConfigError, match=f"train.overlong_penalty.*{match}"):
+        load_config(SMOKE, [f"train.overlong_penalty={value}"])
+
+
+def test_training_runner_gets_it_evaluation_does_not():
+    runner, _ = build_rollout(load_config(SMOKE, ["train.overlong_penalty=0.5"]))
+    assert runner.overlong_penalty == 0.5
+    evaluator = greedy_runner(runner, seed=0)
+    assert evaluator.overlong_penalty == 0.0
+    assert evaluator.answer_key is runner.answer_key  # majority votes read answers, as in training
+    assert build_rollout(load_config(SMOKE))[0].overlong_penalty == 0.0
