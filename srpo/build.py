@@ -265,5 +265,6 @@ def build_rollout(cfg: Config, *, workflow: str | None = None,
     pack = task_pack(cfg)
     runner = RolloutRunner(agents, backend, pack.make_reward(cfg.task), seed=cfg.seed,
                            answer_key=pack.answer_key,
-                           overlong_penalty=cfg.train.overlong_penalty)
+                           overlong_penalty=cfg.train.overlong_penalty,
+                           cut_answers=cfg.train.cut_answers)
     return runner, wf

@@ -445,6 +445,10 @@ class TrainConfig(_Section):
     # reward gets overlong = -w * (share of its outputs the token budget cut); 0 = off.
     # Held-out evaluation never includes it
     overlong_penalty: Float = 0.0
+    # what a training output cut by the token budget answers: "score" (read like any other
+    # text) or "none" (it states no answer: majority votes leave it out and it is scored as
+    # the empty text; srpo.rollout.runner). Held-out evaluation always scores cut outputs
+    cut_answers: str = "score"
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -465,6 +469,7 @@ class TrainConfig(_Section):
         if self.tis_cap != 0 and not self.tis_cap >= 1:
             raise ConfigError(f"train.tis_cap must be 0 (off) or >= 1 (the largest importance "
                               f"weight kept), got {self.tis_cap}")
+        one_of("train.cut_answers", self.cut_answers, ("score", "none"))
         if not math.isfinite(self.overlong_penalty):
             raise ConfigError(f"train.overlong_penalty must be finite, got {self.overlong_penalty}")
         for key in ("weight_decay", "grad_clip", "kl_beta", "entropy_alpha", "warmup_steps",

@@ -39,6 +39,8 @@ from srpo.workflows.base import (
 )
 
 RewardFn = Callable[[Task, str], Any]  # -> RewardResult | {component: value} | float
+# what an output cut by the token budget answers (RolloutRunner's cut_answers)
+CUT_ANSWERS = ("score", "none")
 
 
 @dataclass
@@ -135,6 +137,10 @@ class RolloutRunner:
         overlong = -w * (share of its outputs the token budget cut), and a transition with its
         own reward is charged for its members' share (srpo.rollout.overlong). A training
         setting (train.overlong_penalty); evaluation runners leave it at 0.
+    cut_answers: "score" (default): an output cut by the token budget (stop reason "length")
+        is read and scored like any other; "none": it states no answer (Output.no_answer:
+        majority votes leave it out, ctx.score scores it as ""). A training setting
+        (train.cut_answers); evaluation runners score cut outputs.
     """
 
     def __init__(
@@ -146,6 +152,7 @@ class RolloutRunner:
         seed: int = 0,
         answer_key: Callable[[str], str | None] | None = None,
         overlong_penalty: float = 0.0,
+        cut_answers: str = "score",
     ):
         if not isinstance(agents, Mapping):
             agents = {a.name: a for a in agents}
@@ -159,6 +166,9 @@ class RolloutRunner:
         self.seed = seed
         self.answer_key = answer_key
         self.overlong_penalty = check_penalty(overlong_penalty)
+        if cut_answers not in CUT_ANSWERS:
+            raise ValueError(f"cut_answers must be one of {list(CUT_ANSWERS)}, got {cut_answers!r}")
+        self.cut_answers = cut_answers
 
     # ------------------------------------------------------------------ tokenization
 
@@ -367,6 +377,7 @@ class RolloutRunner:
         out.text += text
         out.last_text = text
         out.stop_reason = gen.stop_reason
+        out.no_answer = self.cut_answers == "none" and gen.stop_reason == "length"
 
     def _finish(self, lv: _Live) -> Episode:
         ctx = lv.ctx

@@ -72,6 +72,9 @@ class Output:
 
     text: everything generated so far plus observations, decoded (special tokens removed).
     last_text: the text of the latest generation (after the latest Continue) only.
+    no_answer: the runner marked it as stating no answer: its latest generation was cut by
+        the token budget and the run says cut outputs answer nothing (train.cut_answers:
+        none). `majority` leaves it out of the vote and `ctx.score` scores it as "".
     """
 
     agent: str
@@ -87,6 +90,7 @@ class Output:
     temperature: float = 1.0  # sampling temperature of its generations (0 = greedy)
     index: int = 0  # order of creation within its episode
     consumed_by: str | None = None  # event of the transition that consumed it
+    no_answer: bool = False
 
     def to_member(self) -> Member:
         return Member(
@@ -223,11 +227,13 @@ class EpisodeContext:
         """The task reward of a final answer, as weighted components.
 
         answer: the output holding the final answer, or a text (e.g. merged outputs) with
-        `agent` naming who produced it (used in errors). A raising reward function gives a
+        `agent` naming who produced it (used in errors). An output marked `no_answer` is
+        scored as the empty text. A raising reward function gives a
         RewardFailure naming task, agent and workflow.
         """
         if isinstance(answer, Output):
-            text, agent = answer.text, answer.agent
+            # a cut output under train.cut_answers: none states nothing (Output.no_answer)
+            text, agent = ("" if answer.no_answer else answer.text), answer.agent
         else:
             text = answer
             if agent is None:

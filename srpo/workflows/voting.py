@@ -16,12 +16,13 @@ def majority(outputs: Sequence[Output], key: AnswerKey) -> tuple[Output, int]:
     key: (text) -> the answer it states, normalized, or None; workflows pass ctx.answer_key
     (the task pack's: math extracts the final answer, search its <answer>).
 
-    Ties go to the answer given first (in `outputs` order); outputs without an answer do not
+    Ties go to the answer given first (in `outputs` order); outputs without an answer (key
+    None, or marked `no_answer`: cut by the token budget under train.cut_answers: none) do not
     vote; if none has one, the first output is returned with 0 votes.
     """
     if not outputs:
         raise ValueError("majority() needs at least one output")
-    keys = [key(o.text) for o in outputs]
+    keys = [None if o.no_answer else key(o.text) for o in outputs]
     counts: dict[str, int] = {}
     for k in keys:
         if k is not None:

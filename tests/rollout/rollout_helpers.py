@@ -58,11 +58,12 @@ def default_script(req) -> str:
 
 
 def scripted_runner(tok, script=default_script, *, policies=("shared",), policy_of=None,
-                    reward=None, logprob=None, seed=0, overlong_penalty=0.0, **agent_kw):
+                    reward=None, logprob=None, seed=0, overlong_penalty=0.0, cut_answers="score",
+                    **agent_kw):
     backend = ScriptedBackend(PolicySet.scripted(tok, policies), script, logprob=logprob)
     runner = RolloutRunner(make_agents(policy_of, **agent_kw), backend,
                            reward or MathReward(correct_weight=1.0, format_weight=0.1),
-                           seed=seed, overlong_penalty=overlong_penalty)
+                           seed=seed, overlong_penalty=overlong_penalty, cut_answers=cut_answers)
     return runner, backend
 
 

@@ -1,6 +1,7 @@
-"""train.overlong_penalty (srpo.rollout.overlong): a cut output charges its episode, and a
-transition with its own reward charges its set, by hand-computed values; evaluation never
-sees it; bad values are refused with the key named."""
+"""Outputs cut by the token budget in training: train.overlong_penalty (srpo.rollout.overlong:
+a cut output charges its episode, and a transition with its own reward charges its set) and
+train.cut_answers: none (a cut output states no answer: out of the vote, scored as ""), by
+hand-computed values; evaluation never sees either; bad values are refused with the key named."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from srpo.config import ConfigError, load_config
 from srpo.rollout.overlong import apply_overlong_penalty, check_penalty, cut_share
 from srpo.train.evaluate import greedy_runner
 from srpo.types import ActiveSet, Member
-from srpo.workflows import build_workflow
+from srpo.workflows import Continue, Request, build_workflow
 
 SMOKE = Path(__file__).resolve().parents[2] / "srpo" / "presets" / "smoke.yaml"
 
@@ -101,3 +102,83 @@ def test_training_runner_gets_it_evaluation_does_not():
     assert evaluator.overlong_penalty == 0.0
     assert evaluator.answer_key is runner.answer_key  # majority votes read answers, as in training
     assert build_rollout(load_config(SMOKE))[0].overlong_penalty == 0.0
+
+
+# ----------------------------------------------------------------- train.cut_answers: none
+
+
+def wrong_debater(req):
+    """The checker is cut at 16 tokens with 4 (right) as its last number; the debater finishes
+    with a wrong boxed 5."""
+    return LONG if req.agent == "checker" else "\\boxed{5}"
+
+
+def test_cut_outputs_do_not_vote_and_score_as_no_answer(tok):  # noqa: F811
+    wf = build_workflow("debate", {"debaters": ["checker", "checker", "debater"], "rounds": 1})
+    scored, _ = scripted_runner(tok, wrong_debater, max_new_tokens=16)
+    ep = scored.run(make_tasks(1), wf).episodes[0]
+    # "score": the two cut checkers outvote the debater; the winner's cut text reads 4: 1.0 + 0.1
+    assert [m.stop_reason for m in ep.transitions[0].members] == ["length", "length", "eos"]
+    assert ep.metadata["votes"] == 2 and ep.reward == pytest.approx(1.1)
+    silent, _ = scripted_runner(tok, wrong_debater, max_new_tokens=16, cut_answers="none")
+    ep = silent.run(make_tasks(1), wf).episodes[0]
+    # "none": only the debater votes; boxed 5 is wrong but formatted: 0.0 + 0.1
+    assert ep.metadata["votes"] == 1 and ep.metadata["extracted_answer"] == "5"
+    assert ep.reward_components == pytest.approx({"correct": 0.0, "format": 0.1})
+    # the trained members keep what was generated
+    assert ep.transitions[0].members[0].text == LONG[:16]
+
+
+def test_all_cut_scores_nothing(tok):  # noqa: F811
+    wf = build_workflow("debate", {"debaters": ["checker"] * 3, "rounds": 1})
+    runner, _ = scripted_runner(tok, wrong_debater, max_new_tokens=16, cut_answers="none")
+    ep = runner.run(make_tasks(1), wf).episodes[0]
+    assert ep.metadata["votes"] == 0 and ep.metadata["extracted_answer"] is None
+    assert ep.reward_components == {"correct": 0.0, "format": 0.0}
+    # per-member credit: each cut member's own answer is "" too
+    wf = build_workflow("debate", {"debaters": ["checker", "debater", "debater"], "rounds": 1,
+                                   "credit": "debaters"})
+    ep = runner.run(make_tasks(1), wf).episodes[0]
+    assert ep.transitions[0].reward == pytest.approx((0.0 + 0.1 + 0.1) / 3)
+
+
+class CutThenFinish:
+    """One solver output: its first generation is cut, an observation is appended and its
+    continuation finishes; the flag is read after each generation."""
+
+    name = "cut-then-finish"
+    description = "a continued output (test)"
+    agents = ("solver",)
+    seen: list = []
+
+    def run(self, task, ctx):
+        out = yield Request("solver", task.prompt)
+        self.seen.append(out.no_answer)
+        ctx.observe(out, " <tool>ok</tool> ")
+        out = yield Continue(out)
+        self.seen.append(out.no_answer)
+        ctx.transition("solve", [out])
+        return ctx.score(out)
+
+
+def test_no_answer_follows_the_latest_generation(tok):  # noqa: F811
+    def reply(req):
+        seen = tok.decode(list(req.prompt_ids))
+        return "\\boxed{4}" if "<tool>" in seen else LONG
+
+    runner, _ = scripted_runner(tok, reply, max_new_tokens=16, cut_answers="none")
+    wf = CutThenFinish()
+    ep = runner.run(make_tasks(1), wf).episodes[0]
+    assert wf.seen == [True, False]
+    assert ep.reward_components == pytest.approx({"correct": 1.0, "format": 0.1})
+
+
+def test_cut_answers_setting_is_checked_and_kept_out_of_evaluation():
+    with pytest.raises(ConfigError, match=r"train.cut_answers must be one of \['score', 'none'\]"):
+        load_config(SMOKE, ["train.cut_answers=drop"])
+    runner, _ = build_rollout(load_config(SMOKE, ["train.cut_answers=none"]))
+    assert runner.cut_answers == "none"
+    assert greedy_runner(runner, seed=0).cut_answers == "score"
+    assert build_rollout(load_config(SMOKE))[0].cut_answers == "score"
+    with pytest.raises(ValueError, match="cut_answers must be one of"):
+        type(runner)(runner.agents, runner.backend, runner.reward_fn, cut_answers="drop")
