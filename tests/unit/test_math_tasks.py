@@ -254,6 +254,10 @@ def test_hub_loading_is_opt_in(monkeypatch):
         ("step2 gives 10.", "10", "number"),
         ("(0xa3b8 >> 0x2) is 0x28ee", "0x28ee", "number"),  # hex literal, not its "0"
         ("so -0x3f.", "-0x3f", "number"),
+        # scientific notation is one number (reasoning-gym number_format), not its exponent "01"
+        ("The largest is 4.592700000000000e+01", "4.592700000000000e+01", "number"),
+        ("-6.0E-02.", "-6.0E-02", "number"),
+        ("5eggs and 3e", "3", "number"),  # no exponent digits: not an exponent
     ],
 )
 def test_extraction(text, answer, method):
@@ -272,7 +276,9 @@ def test_extraction_none(text):
     [("$1,234$", Decimal(1234)), ("\\$5", Decimal(5)), (" -0.5 ", Decimal("-0.5")),
      ("3.", Decimal(3)), (".5", Decimal("0.5")), ("10%", None), ("1,23", None),
      ("x=2", None), ("\\frac{1}{2}", None), (None, None),
-     ("0x217e", Decimal(8574)), ("-0x3", Decimal(-3)), ("0X1F", Decimal(31)), ("0xg", None)],
+     ("0x217e", Decimal(8574)), ("-0x3", Decimal(-3)), ("0X1F", Decimal(31)), ("0xg", None),
+     ("4.5927e+01", Decimal("45.927")), ("-1E3", Decimal(-1000)), (".5e1", Decimal(5)),
+     ("1e", None), ("1e+", None)],
 )
 def test_parse_number(text, value):
     assert parse_number(text) == value
@@ -298,6 +304,8 @@ def test_parse_number(text, value):
         ("0x217e", "0", False),
         ("0x217e", "0x217E", True),
         ("0x217e", "8574", True),
+        ("45.927", "4.592700000000000e+01", True),  # number_format's answers, copied from its question
+        ("45.927", "4.5927e+00", False),
         ("-0x3", "-0x3", True),
     ],
 )

@@ -5,7 +5,8 @@ Priority, first that finds something wins:
      handled; an unclosed box (a generation cut off mid-answer) is ignored.
   2. "answer": the LAST explicit "the (final) answer is X" / "Answer: X" / "#### X".
   3. "number": the last number in the text (integers, negatives, decimals, 1,234-style
-     thousands separators, which are removed, and hexadecimal literals such as -0x3f).
+     thousands separators, which are removed, scientific notation such as 4.5927e+01, and
+     hexadecimal literals such as -0x3f).
 None when nothing is found. The method is reported so a reward can require a format.
 """
 
@@ -40,9 +41,13 @@ _SENTENCE_END = re.compile(r"\.(?=\s)")
 # it is not a binary minus ("3-4" ends in the number 4, "x = -4" in -4).
 # A hexadecimal literal (0x217e, reasoning-gym's bitwise_arithmetic) is one number: read as
 # decimal digits it would end in "0", which scored every hex gold as equal to a reply "0".
+# Scientific notation (4.592700000000000e+01, how reasoning-gym's number_format writes numbers
+# and how a model copies them) is one number: without the exponent it read as "01", scoring
+# every right answer in that form wrong.
 _NUMBER = re.compile(
     r"(?<![\w.])(?:(?<![\w)\]}])-)?"
-    r"(?:0[xX][0-9a-fA-F]+(?!\w)|\d{1,3}(?:,\d{3})+(?![\d,])(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
+    r"(?:0[xX][0-9a-fA-F]+(?!\w)|\d{1,3}(?:,\d{3})+(?![\d,])(?:\.\d+)?"
+    r"|(?:\d+(?:\.\d+)?|\.\d+)(?:[eE][+-]?\d+)?)"
 )
 
 # Unicode minus signs models emit; read as ASCII "-".
@@ -132,7 +137,8 @@ def extract_answer(text: str) -> str | None:
 
 # A whole string that is one plain number, maybe with a currency sign or in $...$.
 _PLAIN_NUMBER = re.compile(
-    r"^[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?$|^[+-]?\.\d+$"
+    r"^[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?$|^[+-]?(?:\d+(?:\.\d*)?|\.\d+)[eE][+-]?\d+$"
+    r"|^[+-]?\.\d+$"
 )
 _HEX_NUMBER = re.compile(r"^[+-]?0[xX][0-9a-fA-F]+$")
 
@@ -141,8 +147,8 @@ def parse_number(text: str | None) -> Decimal | None:
     """`text` as an exact Decimal if it is nothing but a number, else None.
 
     Accepts surrounding whitespace, `$...$` math delimiters, a leading currency `$` / `\\$`,
-    thousands separators, unicode minus signs and hexadecimal integers: "$1,234$", "\\$5",
-    "-0.5", " 3. ", "-0x3f".
+    thousands separators, unicode minus signs, scientific notation and hexadecimal integers:
+    "$1,234$", "\\$5", "-0.5", " 3. ", "4.5927e+01", "-0x3f".
     Anything else (units, %, LaTeX, text) is None and goes to the symbolic checker.
     """
     if text is None:
