@@ -46,6 +46,18 @@ def test_recipe_workflow_configs_build():
     assert smoke.workflow.k == 3 and set(smoke.agents) >= {"solver", "aggregator"}
 
 
+def test_reward_settings_verl_does_not_apply_are_named():
+    """The default job sets train.cut_answers: none, which the verl agent loop does not apply."""
+    with pytest.warns(UserWarning, match=r"train.cut_answers='none' not applied under verl"):
+        setup_from_config(str(RECIPES / "workflows" / "smoke_parallel.yaml"), ["train.cut_answers=none"])
+    with pytest.warns(UserWarning, match=r"train.overlong_penalty=0.5 not applied under verl"):
+        setup_from_config(str(RECIPES / "workflows" / "smoke_parallel.yaml"), ["train.overlong_penalty=0.5"])
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        setup_from_config(str(RECIPES / "workflows" / "smoke_parallel.yaml"))
+
+
 def test_prepare_data_rows_round_trip(tmp_path):
     cmd = [sys.executable, str(RECIPES / "prepare_data.py"), str(RECIPES / "workflows" / "smoke_parallel.yaml"),
            "--out", str(tmp_path), "--train", "6", "--val", "3"]

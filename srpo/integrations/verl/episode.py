@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,7 +49,10 @@ def setup_from_config(path: str | None, overrides: Sequence[str] = ()) -> Episod
 
     verl trains one actor, so every agent must name one and the same policy (policies.kind
     shared); a LoRA-per-role or separate-model layout raises here instead of being merged.
-    Model, train, eval and checkpoint sections are ignored: verl's config owns those.
+    Model, train, eval and checkpoint sections are ignored: verl's config owns those. The two
+    train settings that change an episode's reward (train.cut_answers, train.overlong_penalty)
+    are not applied under verl either, where the same episodes also score validation: a config
+    that sets them gets a warning naming them rather than silently training without them.
     """
     from srpo.config import load_config
     from srpo.build import bind_environment, build_agents, build_workflow_from, task_pack
@@ -65,9 +69,20 @@ def setup_from_config(path: str | None, overrides: Sequence[str] = ()) -> Episod
             f"{cfg.policies.kind!r} with agents on {policies}: use policies.kind shared (one "
             f"policy; roles differ by prompt) for the verl integration"
         )
+    _warn_reward_settings_not_applied(cfg.train, path)
     pack = task_pack(cfg)
     return EpisodeSetup(workflow=wf, agents=agents, reward_fn=pack.make_reward(cfg.task),
                         policy=policies[0], answer_key=pack.answer_key)
+
+
+def _warn_reward_settings_not_applied(train: Any, path: str | None) -> None:
+    set_here = [f"train.{key}={value!r}" for key, value, off in (
+        ("cut_answers", train.cut_answers, "score"), ("overlong_penalty", train.overlong_penalty, 0.0))
+        if value != off]
+    if set_here:
+        warnings.warn(f"srpo config {path or '(default)'}: {', '.join(set_here)} not applied under verl "
+                      f"(its episodes score training and validation alike); cut answers are scored",
+                      stacklevel=3)
 
 
 class _NoBatchBackend:
