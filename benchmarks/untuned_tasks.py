@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_before_after import ROOT, run_side  # noqa: E402
+from bench_before_after import ROOT, run_side
 
 # tasks no preset uses, at a difficulty where the base model is right 10-25% of the time
 # (greedy, 256 held-out problems; docs/benchmarks.md)

@@ -149,7 +149,9 @@ class CutThenFinish:
     name = "cut-then-finish"
     description = "a continued output (test)"
     agents = ("solver",)
-    seen: list = []
+
+    def __init__(self):
+        self.seen: list[bool] = []
 
     def run(self, task, ctx):
         out = yield Request("solver", task.prompt)
