@@ -61,9 +61,14 @@ def run_side(name: str, code: Path, config: str | None, overrides: list[str], ou
     return out
 
 
+def metric_rows(run_dir: Path) -> list[dict]:
+    """The run's metrics.jsonl, one dict a line (training steps and evaluations)."""
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
 def run_record(run_dir: Path, wall: float, elapsed: float, max_kb: int) -> dict:
     """What one finished run measured: wall, peak RSS, each phase summed over steps, held-out."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = metric_rows(run_dir)
     steps = [r for r in rows if "loss" in r]
     phases: dict[str, float] = {}
     for r in steps:

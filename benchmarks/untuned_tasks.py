@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_before_after import ROOT, run_side
+from bench_before_after import ROOT, metric_rows, run_side
 
 # tasks no preset uses, at a difficulty where the base model is right 10-25% of the time
 # (greedy, 256 held-out problems; docs/benchmarks.md)
@@ -41,8 +41,7 @@ def overrides(task: str, seed: int, extra: list[str]) -> list[str]:
 
 
 def per_step(run_dir: Path) -> dict:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    steps = [r for r in rows if "loss" in r]
+    steps = [r for r in metric_rows(run_dir) if "loss" in r]
     return {"informative_tasks_per_step": [r.get("rollout/dynamic/informative_tasks") for r in steps],
             "stop_length_share_per_step": [round(r["rollout/stop/length"], 3) for r in steps
                                            if "rollout/stop/length" in r]}

@@ -27,6 +27,7 @@ from srpo.objective.methods import get_method
 from srpo.packs import get_pack
 from srpo.rollout.agents import SamplingParams
 from srpo.rollout.engines import get_engine, known_engine_names
+from srpo.rollout.runner import CUT_ANSWERS
 from srpo.types import check_template
 
 
@@ -469,7 +470,7 @@ class TrainConfig(_Section):
         if self.tis_cap != 0 and not self.tis_cap >= 1:
             raise ConfigError(f"train.tis_cap must be 0 (off) or >= 1 (the largest importance "
                               f"weight kept), got {self.tis_cap}")
-        one_of("train.cut_answers", self.cut_answers, ("score", "none"))
+        one_of("train.cut_answers", self.cut_answers, CUT_ANSWERS)
         if not math.isfinite(self.overlong_penalty):
             raise ConfigError(f"train.overlong_penalty must be finite, got {self.overlong_penalty}")
         for key in ("weight_decay", "grad_clip", "kl_beta", "entropy_alpha", "warmup_steps",

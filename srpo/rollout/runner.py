@@ -26,7 +26,7 @@ from typing import Any
 
 from srpo.rollout.agents import AgentSpec, check_agent_names
 from srpo.rollout.backends import STOP_REASONS, Generation, GenerationBackend, GenerationRequest
-from srpo.rollout.overlong import apply_overlong_penalty, check_penalty
+from srpo.rollout.overlong import CUT, apply_overlong_penalty, check_penalty
 from srpo.rollout.policies import check_policy_names
 from srpo.types import Episode, Task
 from srpo.workflows.base import (
@@ -377,7 +377,7 @@ class RolloutRunner:
         out.text += text
         out.last_text = text
         out.stop_reason = gen.stop_reason
-        out.no_answer = self.cut_answers == "none" and gen.stop_reason == "length"
+        out.no_answer = self.cut_answers == "none" and gen.stop_reason == CUT
 
     def _finish(self, lv: _Live) -> Episode:
         ctx = lv.ctx

@@ -76,9 +76,9 @@ def setup_from_config(path: str | None, overrides: Sequence[str] = ()) -> Episod
 
 
 def _warn_reward_settings_not_applied(train: Any, path: str | None) -> None:
-    set_here = [f"train.{key}={value!r}" for key, value, off in (
-        ("cut_answers", train.cut_answers, "score"), ("overlong_penalty", train.overlong_penalty, 0.0))
-        if value != off]
+    defaults = type(train).model_fields  # the schema's defaults leave rewards as the task's
+    set_here = [f"train.{key}={getattr(train, key)!r}" for key in ("cut_answers", "overlong_penalty")
+                if getattr(train, key) != defaults[key].default]
     if set_here:
         warnings.warn(f"srpo config {path or '(default)'}: {', '.join(set_here)} not applied under verl "
                       f"(its episodes score training and validation alike); cut answers are scored",
