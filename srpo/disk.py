@@ -6,6 +6,14 @@ Python an OSError with errno ENOSPC. `writing(path)` turns all of them into a `D
 carrying the path, and `atomic_write_text` is the write-temp-then-rename of small text files that
 never leaves its temporary file behind. An exceeded quota (EDQUOT) counts as a full disk: the
 remedy is the same.
+
+No file is written through a symbolic link. A link planted at a path srpo creates, truncates or
+appends to (a run's lock, its metrics log, a temporary file) would make the write land on the
+link's target, a file outside the run (run as root: any system file). Every such open goes
+through `open_no_follow` (O_NOFOLLOW: the kernel refuses a link at the last component) and a
+link there is `SymlinkRefused`, one line naming the path. Renaming a finished temporary file
+over a link replaces the link itself, never its target, so the rename of an atomic write needs
+no check; its temporary file is opened without following links like every other file.
 """
 
 from __future__ import annotations
@@ -15,8 +23,54 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO, Any
 
 FULL_ERRNOS = tuple(code for code in (errno.ENOSPC, getattr(errno, "EDQUOT", None)) if code is not None)
+
+
+class SymlinkRefused(ValueError):
+    """A symbolic link where srpo would write a file (or a directory of a run): refused, since
+    writing through it would change a file outside the run. A ValueError: the CLI answers it in
+    one line (exit status 2), like any other refused input."""
+
+    def __init__(self, path: str | Path, what: str = "a file"):
+        self.path = Path(path)
+        try:
+            target = f" (to {os.readlink(self.path)})"
+        except OSError:
+            target = ""
+        super().__init__(
+            f"{self.path} is a symbolic link{target} where srpo writes {what}: srpo never writes "
+            f"through a link (it would change a file outside the run); remove the link or choose "
+            f"another output_dir"
+        )
+
+    def __reduce__(self):
+        return (SymlinkRefused, (self.path,))
+
+
+def refuse_symlink(path: str | Path, what: str = "a file") -> None:
+    """Raise SymlinkRefused if `path` itself is a symbolic link (dangling or not)."""
+    if os.path.islink(path):
+        raise SymlinkRefused(path, what)
+
+
+def no_follow_opener(path: str | Path, flags: int, mode: int = 0o666) -> int:
+    """os.open(path, flags | O_NOFOLLOW): as `open(..., opener=no_follow_opener)`. A link at
+    `path` raises SymlinkRefused (nothing is opened, its target is untouched)."""
+    try:
+        return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), mode)
+    except OSError:
+        # ELOOP on Linux; EMLINK / EFTYPE on some BSDs. Whatever the errno, a link at the path is the reason.
+        if os.path.islink(path):
+            raise SymlinkRefused(path) from None
+        raise
+
+
+def open_no_follow(path: str | Path, mode: str = "rb", **kwargs: Any) -> IO[Any]:
+    """The built-in `open`, refusing a symbolic link at `path` (SymlinkRefused) instead of
+    opening its target: for every file srpo creates, truncates or appends to."""
+    return open(path, mode, opener=no_follow_opener, **kwargs)
 
 
 class DiskFullError(OSError):
@@ -109,7 +163,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with writing(path):
-            with open(tmp, "wb") as f:
+            with open_no_follow(tmp, "wb") as f:  # a link planted at the temp name is refused
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())

@@ -101,6 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except Exception as e:  # a full disk in any command's writer (rollouts, eval --out, index): one line
+        from srpo.disk import SymlinkRefused
+
+        if isinstance(e, SymlinkRefused):  # a link where srpo writes: refused, its target untouched
+            print(f"srpo {args.command}: {e}", file=sys.stderr)
+            return 2
         line = _disk_full_line(e)
         if line is None:
             raise

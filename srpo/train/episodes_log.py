@@ -39,7 +39,7 @@ import torch
 
 from srpo.batch import FlatBatch
 from srpo.jsonl import dumps_line, split_lines
-from srpo.disk import writing
+from srpo.disk import open_no_follow, writing
 from srpo.objective.methods import SetUpdateState
 from srpo.rollout.records import episode_to_dict
 from srpo.types import Episode, Member
@@ -153,7 +153,9 @@ def write_records(path: Path, records: Iterable[dict[str, Any]]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     try:
-        with writing(path), gzip.open(tmp, "wt", encoding="utf-8", compresslevel=6) as f:
+        # the temp file never through a link planted at its (fixed) name
+        with writing(path), open_no_follow(tmp, "wb") as raw, \
+                gzip.open(raw, "wt", encoding="utf-8", compresslevel=6) as f:
             for rec in records:
                 f.write(dumps_line(rec, default=str))  # any generated character: srpo.jsonl
         os.replace(tmp, path)

@@ -30,7 +30,7 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Any, Mapping
 
-from srpo.disk import atomic_write_text
+from srpo.disk import atomic_write_text, open_no_follow
 from srpo.jsonl import dumps_line, split_lines
 
 METRICS_FILE = "metrics.jsonl"
@@ -144,16 +144,17 @@ class MetricsLogger:
         self._open()
 
     def _open(self) -> None:
-        """Open for appending, cutting off a partial last line left by a killed writer."""
-        if self.path.exists():
-            data = self.path.read_bytes()
-            records, good = _parse(data.decode(), self.path)
-            if good < len(data):
-                with open(self.path, "r+b") as f:
+        """Open for appending, cutting off a partial last line left by a killed writer. Never
+        through a symbolic link (srpo.disk.SymlinkRefused): it would cut or extend its target."""
+        if os.path.lexists(self.path):
+            with open_no_follow(self.path, "r+b") as f:
+                data = f.read()
+                records, good = _parse(data.decode(), self.path)
+                if good < len(data):
                     f.truncate(good)
                     os.fsync(f.fileno())
             self._last_step = max((r["step"] for r in records), default=-1)
-        self._file = open(self.path, "a")
+        self._file = open_no_follow(self.path, "a")
 
     def _writer(self, purge_step: int | None = None):
         if self._tb is None and self._tensorboard:
@@ -226,7 +227,7 @@ class MetricsLogger:
         kept = [r for r in records if r["step"] < step or (r["step"] == step and not redone(_decode(dict(r))))]
         atomic_write_text(self.path, "".join(dumps_line(r) for r in kept))
         self._last_step = max((r["step"] for r in kept), default=-1)
-        self._file = open(self.path, "a")
+        self._file = open_no_follow(self.path, "a")
         if self._tensorboard:
             if self._tb is not None:
                 self._tb.close()

@@ -16,6 +16,7 @@ the object API on the Agg canvas: no pyplot state, no display needed.
 
 from __future__ import annotations
 
+import io
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any, Callable, Sequence
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from srpo.disk import atomic_write_bytes, refuse_symlink
 from srpo.train.metrics_log import read_metrics
 
 PLOTS_DIR = "plots"
@@ -132,7 +134,9 @@ def _draw(panel: Panel, runs: Sequence[tuple[str, list[dict[str, Any]]]], path: 
     ax.set_ylabel(panel.ylabel)
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
-    fig.savefig(path, dpi=100)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    atomic_write_bytes(path, buffer.getvalue())  # temp + rename: never through a link at `path`
     return True
 
 
@@ -160,6 +164,8 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Pat
     if it holds no record.
     """
     out = Path(out_dir) if out_dir is not None else Path(run_dir) / PLOTS_DIR
+    if out_dir is None:  # RUN/plots a link would put the PNGs outside the run
+        refuse_symlink(out, "its plots")
     return _plot([("", _load(run_dir))], out)
 
 

@@ -18,6 +18,14 @@ files (RUN_ARTIFACTS); resume=true continues from the newest complete checkpoint
 first checkpoint, starts again from step 0 (`resume_checkpoint`). `output_dir` may hold
 "{time}", which gives every run of a preset its own directory (`resolve_run_dir`).
 
+Symbolic links. srpo never writes through one (srpo.disk.open_no_follow), and `RunLock.acquire`
+checks the directory once before taking the lock (`check_run_dir`): a link at any path a run
+writes (the lock, config.yaml, metrics.jsonl, report.html, the checkpoints/eval/episodes/export/
+plots/tensorboard/wandb folders and what they hold) is refused in one line naming it, so no file
+outside the run is ever truncated, appended to or replaced. The output_dir itself may be a link
+to an existing directory (runs kept on another disk, `runs -> /data/runs`): the run is written
+into its target. A dangling link is refused, naming the missing target.
+
 The run's config. A run writes its resolved config to `RUN/config.yaml` (`srpo train RUN`
 reads it back). When that file is one a person wrote (comments, their own layout), the run
 would replace it and lose them; `check_config_file` refuses that instead.
@@ -37,7 +45,7 @@ import yaml
 
 from srpo.config.errors import ConfigError
 from srpo.config.yaml_reader import load_yaml, read_config_text
-from srpo.disk import atomic_write_text
+from srpo.disk import atomic_write_text, no_follow_opener, refuse_symlink
 from srpo.train.checkpoint import (
     CheckpointError,
     corrupt_checkpoint_message,
@@ -49,6 +57,10 @@ LOCK_FILE = ".srpo.lock"
 CONFIG_FILE = "config.yaml"
 # What a run writes into its directory: a fresh run (resume=false) refuses a directory holding any.
 RUN_ARTIFACTS = ("metrics.jsonl", "checkpoints", "eval", "export", "episodes")
+# Every path a run writes directly in its directory, and the folders whose entries it writes:
+# none may be a symbolic link (check_run_dir).
+RUN_FILES = (LOCK_FILE, CONFIG_FILE, "metrics.jsonl", "report.html")
+RUN_FOLDERS = ("checkpoints", "eval", "episodes", "export", "plots", "tensorboard", "wandb")
 
 
 class RunDirectoryBusy(ValueError):
@@ -65,11 +77,13 @@ class RunLock:
     def acquire(cls, run_dir: str | Path) -> RunLock:
         """Lock `run_dir` (created if missing) or raise RunDirectoryBusy naming the holder."""
         run_dir = Path(run_dir)
+        check_run_dir(run_dir)
         created = not run_dir.exists()
         run_dir.mkdir(parents=True, exist_ok=True)
         path = run_dir / LOCK_FILE
         while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            # never through a link: it would truncate and overwrite the link's target with our pid
+            fd = no_follow_opener(path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as e:
@@ -112,6 +126,32 @@ class RunLock:
 
     def __del__(self) -> None:  # a Trainer dropped without train(): free the directory
         self.release()
+
+
+def check_run_dir(run_dir: str | Path) -> None:
+    """Refuse symbolic links where a run writes (module docstring), once, before it starts.
+
+    run_dir itself may be a link to an existing directory; a dangling one, or a path that is not
+    a directory, is refused in one line. Raises SymlinkRefused (a ValueError) or ValueError.
+    """
+    run_dir = Path(run_dir)
+    if run_dir.is_symlink() and not run_dir.exists():
+        raise ValueError(
+            f"output_dir {run_dir} is a symbolic link to {os.readlink(run_dir)}, which does not "
+            f"exist: create that directory or choose another output_dir"
+        )
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"output_dir {run_dir} exists and is not a directory: choose another output_dir")
+    if not run_dir.is_dir():
+        return
+    for name in RUN_FILES:
+        refuse_symlink(run_dir / name)
+    for name in RUN_FOLDERS:
+        folder = run_dir / name
+        refuse_symlink(folder, "a folder of the run")
+        if folder.is_dir():
+            for entry in folder.iterdir():
+                refuse_symlink(entry, "a file of the run")
 
 
 def _same_file(fd: int, path: Path) -> bool:

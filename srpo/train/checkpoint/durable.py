@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from srpo.disk import writing
+from srpo.disk import open_no_follow, refuse_symlink, writing
 
 _CHUNK = 1 << 20
 
@@ -43,7 +43,7 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _write_text(path: Path, text: str) -> None:
-    with writing(path), open(path, "w") as f:
+    with writing(path), open_no_follow(path, "w") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
@@ -53,13 +53,15 @@ def _torch_save(obj: Any, path: Path) -> None:
     """torch.save into a file object we opened: given a path, torch reports a full disk as
     "unexpected pos N vs M" with no trace of the OS error; given a file, the OSError of the
     failed write is kept (as the context), so `writing` recognises it."""
-    with writing(path), open(path, "wb") as f:
+    with writing(path), open_no_follow(path, "wb") as f:
         torch.save(obj, f)
 
 
 def _retire(path: Path) -> None:
     """Delete a directory: renamed aside first, so a kill mid-delete leaves no half-deleted
-    `step-N` behind, only `.trash-*` debris that the next save removes."""
+    `step-N` behind, only `.trash-*` debris that the next save removes. A link at `path` is
+    refused (renamed aside, it would make rmtree fail on it after the rename)."""
+    refuse_symlink(path, "a folder")
     trash = path.with_name(f".trash-{path.name}-{os.getpid()}")
     shutil.rmtree(trash, ignore_errors=True)  # left by an earlier process with our pid
     os.rename(path, trash)

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from srpo.disk import DiskFullError, disk_full_errno, writing
+from srpo.disk import DiskFullError, disk_full_errno, refuse_symlink, writing
 from srpo.train.checkpoint.durable import _fsync_dir, _fsync_file, _retire, _sha256, _write_text
 from srpo.train.checkpoint.layout import EXPORT_MANIFEST
 from srpo.train.checkpoint.state import _peft_adapters
@@ -49,6 +49,9 @@ def export_policy(
     with writing(out.parent):
         out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    # save_pretrained would fill a link's target folder; rmtree leaves a link alone: refuse it
+    refuse_symlink(tmp, "a temporary folder")
+    refuse_symlink(out, "a folder")
     shutil.rmtree(tmp, ignore_errors=True)
     earlier = out.exists()
     try:

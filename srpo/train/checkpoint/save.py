@@ -181,7 +181,7 @@ def _write_pointer(root: Path, name: str) -> None:
 def _clean_debris(root: Path) -> None:
     for path in root.iterdir():
         if path.name.startswith((".tmp-", ".trash-", f".{POINTER}.tmp-")):
-            if path.is_dir():
+            if path.is_dir() and not path.is_symlink():  # a link: only the link goes
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink(missing_ok=True)
