@@ -26,13 +26,29 @@ arithmetic questions, held-out ones first). Numbers per training check: wall tim
 seconds per step, rollout (generated) tokens/s, reward, mismatch/kl, peak GPU memory (torch's
 allocator; on a CPU: the process's peak RSS).
 
-Results: $OUT/smoke.json (OUT is set by the GPU machine's runner; else SMOKE_OUT, else a new
-temporary directory), with the run directories under it ($OUT/runs) and each failed check's
-traceback in $OUT/smoke.log. Exit status 0 only when every check passed.
+Results: a GPU machine's runner may copy back only a few files from $OUT (OUT is set by that
+runner; else SMOKE_OUT, else a new temporary directory), so $OUT holds exactly three:
+smoke.json (every check's numbers, rewritten after each check), smoke.log (the tracebacks of
+failed checks and the CLI checks' output) and runs.tar.gz (the run directories' small files and
+the report; at most 15 MiB). The work itself (data, random model folders, run directories) goes
+to SMOKE_WORK (default a new temporary directory outside $OUT). stdout has one line per check.
+Exit status 0 only when every check that ran passed.
+
+The plain path. srpo's CUDA-only fast paths (the shared-prefill KV cache in generation, the
+prompt forward shared by a set's members in the update) run first in `tiny`, the first training
+check. If `tiny` fails, it is retried once as `tiny-plain` with
+`rollout.hf.share_prefill=false train.share_prompt_forward=false`; when that passes, every later
+check runs on the plain path too (and says so), so one call tells which part broke.
+SMOKE_PLAIN=1 starts on the plain path.
+
+The budget. A check that would start after SMOKE_BUDGET_S seconds (default 540) is skipped and
+recorded as such, so the smoke ends inside one device call; SMOKE_BIG=0 leaves out the 1.5B
+checks (the order below runs the small checks first).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import math
@@ -62,59 +78,113 @@ CUDA = DEVICE.startswith("cuda")
 BUDGET_S = float(os.environ.get("SMOKE_BUDGET_S", "540"))
 BIG = os.environ.get("SMOKE_BIG", "auto")
 OUT = Path(os.environ.get("OUT") or os.environ.get("SMOKE_OUT") or "")  # set in main()
+WORK = Path(os.environ.get("SMOKE_WORK") or "")  # set in main(): never under OUT
 START = time.perf_counter()
 RESULTS: list[dict] = []
 LOG = OUT / "smoke.log"
+ARCHIVE_LIMIT = 15 * 2**20  # a runner copies back files of up to 16 MiB
+# srpo's CUDA-only fast paths off (module docstring, "The plain path")
+PLAIN = ["rollout.hf.share_prefill=false", "train.share_prompt_forward=false"]
+PATH_OVERRIDES: list[str] = list(PLAIN) if os.environ.get("SMOKE_PLAIN") == "1" else []
 
 
-def line(name: str, ok: bool, numbers: dict) -> None:
+def line(name: str, verdict: str, numbers: dict) -> None:
     shown = "  ".join(f"{k}={v}" for k, v in numbers.items())
-    print(f"smoke: {name:<12} {'ok' if ok else 'FAIL'}  {shown}", flush=True)
+    print(f"smoke: {name:<12} {verdict}  {shown}", flush=True)
+
+
+def _log(text: str) -> None:
+    with LOG.open("a", encoding="utf-8") as f:
+        f.write(text)
 
 
 def check(name: str, fn, *args, **kwargs):
-    """Run one check; record and print its line; return its value (None when it failed)."""
+    """Run one check; record and print its line; return its value (None when it failed or was
+    skipped). Nothing here may raise: CUDA failing to start, or torch failing to import, is the
+    check's FAIL line, not a traceback that ends the smoke with no smoke.json."""
+    elapsed = time.perf_counter() - START
+    if elapsed > BUDGET_S:
+        numbers = {"skipped": f"{elapsed:.0f}s spent of SMOKE_BUDGET_S={BUDGET_S:.0f}"}
+        RESULTS.append({"check": name, "ok": None, **numbers})
+        line(name, "SKIP", numbers)
+        _write_results(final=False)
+        return None
     start = time.perf_counter()
-    import torch
-
-    if CUDA:
-        torch.cuda.reset_peak_memory_stats()
+    _log(f"==== {name}\n")
     try:
-        value, numbers = fn(*args, **kwargs)
+        # what the check prints (a run's console, library warnings) goes to smoke.log: stdout
+        # keeps one line per check, which is all a device call's output tail may show
+        with LOG.open("a", encoding="utf-8") as log, contextlib.redirect_stdout(log), \
+                contextlib.redirect_stderr(log):
+            _reset_peak_memory()
+            value, numbers = fn(*args, **kwargs)
         ok, error = True, None
     except Exception as e:  # noqa: BLE001 (one failed check must not hide the others' results)
         value, numbers, ok = None, {}, False
         error = f"{type(e).__name__}: {e}"
-        with LOG.open("a", encoding="utf-8") as f:
-            f.write(f"==== {name}\n{traceback.format_exc()}\n")
+        _log(f"==== {name} FAILED\n{traceback.format_exc()}\n")
     numbers = {"s": round(time.perf_counter() - start, 1), **numbers, **_memory()}
+    if PATH_OVERRIDES:
+        numbers["path"] = "plain"
     if error:
-        numbers["error"] = error.splitlines()[0][:300]
+        numbers["error"] = " ".join(error.split())[:300]  # one line, whatever the message held
     RESULTS.append({"check": name, "ok": ok, **numbers})
-    line(name, ok, numbers)
+    line(name, "ok" if ok else "FAIL", numbers)
     _write_results(final=False)
     gc.collect()
-    if CUDA:
-        torch.cuda.empty_cache()
+    _empty_cache()
     return value
 
 
-def _memory() -> dict:
-    import torch
-
+def _reset_peak_memory() -> None:
     if CUDA:
-        return {"peak_alloc_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
-                "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 2)}
-    return {"peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}
+        import torch
+
+        torch.cuda.reset_peak_memory_stats()
 
 
-def _write_results(*, final: bool) -> None:
-    import torch
+def _empty_cache() -> None:
+    try:
+        if CUDA:
+            import torch
 
-    summary = {"device": DEVICE, "torch": torch.__version__, "cuda": torch.version.cuda,
-               "wall_s": round(time.perf_counter() - START, 1), "finished": final,
-               "passed": all(r["ok"] for r in RESULTS), "checks": RESULTS}
-    (OUT / "smoke.json").write_text(json.dumps(summary, indent=2) + "\n")
+            torch.cuda.empty_cache()
+    except Exception as e:  # noqa: BLE001 (a broken CUDA context: the next check says so)
+        _log(f"==== torch.cuda.empty_cache\n{type(e).__name__}: {e}\n")
+
+
+def _memory() -> dict:
+    try:
+        if CUDA:
+            import torch
+
+            return {"peak_alloc_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
+                    "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 2)}
+        return {"peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}
+    except Exception as e:  # noqa: BLE001 (no memory figure is not a failed check)
+        return {"memory": f"unreadable ({type(e).__name__})"}
+
+
+def _torch_versions() -> dict:
+    try:
+        import torch
+
+        return {"torch": torch.__version__, "cuda": torch.version.cuda}
+    except Exception as e:  # noqa: BLE001 (the env check reports it)
+        return {"torch": f"not importable ({type(e).__name__}: {e})"[:200], "cuda": None}
+
+
+def _write_results(*, final: bool, archive: dict | None = None) -> None:
+    ran = [r for r in RESULTS if r["ok"] is not None]
+    summary = {"device": DEVICE, **_torch_versions(), "wall_s": round(time.perf_counter() - START, 1),
+               "finished": final, "passed": bool(ran) and all(r["ok"] for r in ran),
+               "skipped": [r["check"] for r in RESULTS if r["ok"] is None],
+               "plain_path": bool(PATH_OVERRIDES), "work_dir": str(WORK), "checks": RESULTS}
+    if archive is not None:
+        summary["archive"] = archive
+    tmp = OUT / ".smoke.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2) + "\n")
+    os.replace(tmp, OUT / "smoke.json")  # a runner reading mid-run sees a whole file
 
 
 # --------------------------------------------------------------------------- the checks
@@ -172,7 +242,7 @@ def train_check(preset: str, overrides: list[str], *, expect_steps: int, before:
     from srpo.config import load_config
     from srpo.train.trainer import Trainer
 
-    trainer = Trainer(load_config(preset, overrides))
+    trainer = Trainer(load_config(preset, [*overrides, *PATH_OVERRIDES]))
     result = trainer.train()
     if result.steps_done != expect_steps or not result.history:
         raise AssertionError(f"{result.steps_done} steps done, {len(result.history)} in this run; "
@@ -217,11 +287,12 @@ def init_check(shape: str, folder: Path):
 
 
 def cli_check(args: list[str], expect: Path | None = None):
-    proc = subprocess.run([sys.executable, "-m", "srpo.cli", *args], capture_output=True, text=True,
-                          check=False)
-    with LOG.open("a", encoding="utf-8") as f:
-        f.write(f"==== srpo {' '.join(args)} (exit {proc.returncode})\n{proc.stdout[-4000:]}\n"
-                f"{proc.stderr[-4000:]}\n")
+    # `srpo eval` generates: on the plain path when the smoke is (report reads files only)
+    paths = PATH_OVERRIDES if args[0] == "eval" else []
+    proc = subprocess.run([sys.executable, "-m", "srpo.cli", *args, *paths],
+                          capture_output=True, text=True, check=False)
+    _log(f"==== srpo {' '.join(args)} (exit {proc.returncode})\n{proc.stdout[-4000:]}\n"
+         f"{proc.stderr[-4000:]}\n")
     if proc.returncode != 0:
         tail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:] or [""]
         raise RuntimeError(f"srpo {args[0]} exited {proc.returncode}: {tail[0][:200]}")
@@ -273,25 +344,53 @@ def plan(device: str, runs: Path, data: Path, models: dict[str, Path]) -> dict[s
 
 
 def main() -> int:
-    global OUT, LOG
+    global OUT, LOG, WORK
     if str(OUT) in ("", "."):
         OUT = Path(tempfile.mkdtemp(prefix="srpo-gpu-smoke."))
-    LOG = OUT / "smoke.log"
     OUT.mkdir(parents=True, exist_ok=True)
+    LOG = OUT / "smoke.log"
     LOG.write_text("")
-    runs = OUT / "runs"
-    runs.mkdir(exist_ok=True)
+    if str(WORK) in ("", "."):
+        WORK = Path(tempfile.mkdtemp(prefix="srpo-gpu-smoke-work."))
+    WORK.mkdir(parents=True, exist_ok=True)
+    print(f"gpu_smoke: device {DEVICE}, budget {BUDGET_S:.0f} s, results in {OUT} (smoke.json, "
+          f"smoke.log, runs.tar.gz), work in {WORK}", flush=True)
+    try:
+        run_checks(WORK / "runs")
+    finally:  # whatever stopped the checks, what they wrote comes back
+        archive = write_archive(WORK, OUT / "runs.tar.gz")
+        _write_results(final=True, archive=archive)
+    ran = [r for r in RESULTS if r["ok"] is not None]
+    passed = sum(bool(r["ok"]) for r in ran)
+    skipped = len(RESULTS) - len(ran)
+    total = time.perf_counter() - START
+    verdict = "PASSED" if ran and passed == len(ran) else "FAILED"
+    print(f"smoke: {verdict} {passed}/{len(ran)} checks ({skipped} skipped) in {total:.0f} s; "
+          f"{OUT / 'smoke.json'}", flush=True)
+    return 0 if verdict == "PASSED" else 1
+
+
+def run_checks(runs: Path) -> None:
+    runs.mkdir(parents=True, exist_ok=True)
     configs = _configs_dir()
     math_preset, search_preset = configs / "math_gsm8k.yaml", configs / "search_nq.yaml"
-    print(f"gpu_smoke: device {DEVICE}, budget {BUDGET_S:.0f} s, results in {OUT}", flush=True)
     check("env", env_check)
 
     heldout, train = _small(4, 32), _small(16, 200)
-    data = write_math_data(OUT / "arithmetic_gsm8k.jsonl", heldout, train)
+    data = write_math_data(WORK / "arithmetic_gsm8k.jsonl", heldout, train)
     shape = "qwen2.5-0.5b" if CUDA else "qwen2.5-cpu-small"
-    models = {"0.5b": OUT / "models" / shape, "1.5b": OUT / "models" / "qwen2.5-1.5b"}
+    models = {"0.5b": WORK / "models" / shape, "1.5b": WORK / "models" / "qwen2.5-1.5b"}
     runs_of = plan(DEVICE, runs, data, models)
-    check("tiny", train_check, math_preset, runs_of["tiny"], expect_steps=2)
+    if check("tiny", train_check, math_preset, runs_of["tiny"], expect_steps=2) is None \
+            and not PATH_OVERRIDES and RESULTS[-1]["ok"] is False:
+        # the first check on srpo's fast paths failed: once more on the plain path (docstring)
+        PATH_OVERRIDES.extend(PLAIN)
+        if check("tiny-plain", train_check, math_preset,
+                 [*runs_of["tiny"], f"output_dir={runs / 'tiny-plain'}"], expect_steps=2) is None:
+            PATH_OVERRIDES.clear()  # the plain path fails too: the fast paths are not the cause
+        else:
+            print(f"gpu_smoke: tiny passes only with {' '.join(PLAIN)}: the later checks use them",
+                  flush=True)
 
     folder = check("init-0.5b", init_check, shape, models["0.5b"])
     math_run = None
@@ -307,8 +406,8 @@ def main() -> int:
               moves=False)
     if math_run is not None:
         check("eval", cli_check, ["eval", str(math_run), "--n", str(_small(2, 8))])
-        check("report", cli_check, ["report", str(math_run), "--out", str(OUT / "report.html")],
-              OUT / "report.html")
+        check("report", cli_check, ["report", str(math_run), "--out", str(math_run / "report.html")],
+              math_run / "report.html")
 
     elapsed = time.perf_counter() - START
     run_big = BIG == "1" or (BIG == "auto" and CUDA and elapsed < 0.45 * BUDGET_S)
@@ -319,26 +418,47 @@ def main() -> int:
     else:
         print(f"gpu_smoke: math-1.5b skipped (SMOKE_BIG={BIG}, {elapsed:.0f} s spent of {BUDGET_S:.0f})",
               flush=True)
-    # the random model folders are not results: delete them (GBs), keep the runs' small files
-    for name in ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-cpu-small"):
-        _rmtree(OUT / "models" / name)
-    for run in runs.iterdir():
-        for heavy in ("export", "checkpoints"):
-            _rmtree(run / heavy)
-    _write_results(final=True)
-    passed = sum(r["ok"] for r in RESULTS)
-    total = time.perf_counter() - START
-    verdict = "PASSED" if passed == len(RESULTS) else "FAILED"
-    print(f"smoke: {verdict} {passed}/{len(RESULTS)} checks in {total:.0f} s; {OUT / 'smoke.json'}",
-          flush=True)
-    return 0 if verdict == "PASSED" else 1
 
 
-def _rmtree(path: Path) -> None:
-    import shutil
+# what of a run directory is not a result (GBs): left out of the archive
+HEAVY = ("models", "checkpoints", "export", "tensorboard")
 
-    if path.exists():
-        shutil.rmtree(path, ignore_errors=True)
+
+def write_archive(work: Path, dest: Path) -> dict:
+    """dest: a .tar.gz of work's run directories (runs/) without their weights, at most
+    ARCHIVE_LIMIT bytes (the episode logs are the first left out, then everything but the
+    metrics, configs and evaluations). Returns what went in, for smoke.json. Never raises:
+    the results come back whatever the archive does."""
+    import tarfile
+
+    def members(keep) -> list[Path]:
+        root = work / "runs"
+        if not root.is_dir():
+            return []
+        return sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()
+                      and not set(p.relative_to(root).parts) & set(HEAVY) and keep(p))
+
+    light = {"metrics.jsonl", "config.yaml", "trainer_state.json"}
+    tiers = [("all", lambda p: True),
+             ("without episodes", lambda p: "episodes" not in p.parts),
+             ("metrics, configs, evaluations",
+              lambda p: p.name in light or "eval" in p.parts)]
+    try:
+        for label, keep in tiers:
+            files = members(keep)
+            tmp = dest.with_name(f".{dest.name}.tmp")
+            with tarfile.open(tmp, "w:gz") as tar:
+                for path in files:
+                    tar.add(path, arcname=str(path.relative_to(work)))
+            size = tmp.stat().st_size
+            if size <= ARCHIVE_LIMIT or label == tiers[-1][0]:
+                os.replace(tmp, dest)
+                return {"file": dest.name, "files": len(files), "mib": round(size / 2**20, 2),
+                        "holds": label}
+    except Exception as e:  # noqa: BLE001 (see the docstring)
+        _log(f"==== runs.tar.gz\n{traceback.format_exc()}\n")
+        return {"file": None, "error": f"{type(e).__name__}: {e}"[:300]}
+    return {"file": None}
 
 
 if __name__ == "__main__":

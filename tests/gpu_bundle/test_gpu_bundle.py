@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -116,5 +117,9 @@ def test_the_local_bundle_installs_offline_into_an_image_like_venv_and_the_smoke
     assert str(tmp_path / "venv") in checks["env"]["srpo_at"]
     assert checks["env"]["entry_points"] == "math,search,testbed"
     assert checks["math-0.5b"]["gen_tok_s"] > 0
-    assert (out / "report.html").is_file()
+    # $OUT holds the three result files (and the installer's two); the runs come back archived
+    assert {p.name for p in out.iterdir()} == {"smoke.json", "smoke.log", "runs.tar.gz", "install.log",
+                                               "pip-freeze.txt"}
+    with tarfile.open(out / "runs.tar.gz") as tar:
+        assert "runs/math-0.5b/report.html" in tar.getnames()
     assert lines[-1].startswith("smoke: PASSED")

@@ -386,3 +386,108 @@ def test_gpu_smoke_script_configs_load(tmp_path):
             assert (cfg.task.search.corpus, cfg.task.search.index_dir) == ("world", None)
             assert build_workflow_from(cfg).name == "search_parallel"
 
+
+
+# --------------------------------------------------------------------------- the smoke's harness
+# (the checks stubbed: what the harness does when a check fails, CUDA does not start, the budget
+# runs out; the real checks run on CPU in tests/gpu_bundle)
+
+
+def _smoke_module(monkeypatch, tmp_path, *, device="cpu", budget="540", plain=None):
+    import importlib.util
+
+    monkeypatch.setenv("SMOKE_DEVICE", device)
+    monkeypatch.setenv("SMOKE_BUDGET_S", budget)
+    monkeypatch.setenv("SMOKE_BIG", "0")
+    monkeypatch.setenv("OUT", str(tmp_path / "out"))
+    monkeypatch.setenv("SMOKE_WORK", str(tmp_path / "work"))
+    if plain is not None:
+        monkeypatch.setenv("SMOKE_PLAIN", plain)
+    spec = importlib.util.spec_from_file_location("gpu_smoke_harness", REPO / "scripts" / "gpu_smoke.py")
+    smoke = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(smoke)
+    return smoke
+
+
+def _stub_checks(smoke, calls, *, fast_path_fails):
+    """Training checks that fail unless on the plain path (fast_path_fails), and record their
+    overrides; every other check passes. A run directory with a metrics file and a heavy
+    checkpoint is written, as a real check would."""
+
+    def train_check(preset, overrides, **kwargs):
+        used = [*overrides, *smoke.PATH_OVERRIDES]
+        calls.append(used)
+        out = Path(next(o.split("=", 1)[1] for o in reversed(used) if o.startswith("output_dir=")))
+        (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+        (out / "checkpoints" / "weights.bin").write_bytes(b"\0" * 1024)
+        (out / "metrics.jsonl").write_text('{"step": 1}\n')
+        if fast_path_fails and "train.share_prompt_forward=false" not in used:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered\nline two")
+        return out, {"steps": "2/2"}
+
+    smoke.env_check = lambda: (None, {"torch": "stub"})
+    smoke.train_check = train_check
+    smoke.init_check = lambda shape, folder: (folder, {"shape": shape})
+    smoke.cli_check = lambda args, expect=None: (None, {})
+
+
+def test_smoke_retries_the_first_failed_training_check_on_the_plain_path_and_keeps_it(monkeypatch, tmp_path, capsys):
+    smoke = _smoke_module(monkeypatch, tmp_path)
+    calls: list[list[str]] = []
+    _stub_checks(smoke, calls, fast_path_fails=True)
+    assert smoke.main() == 1  # tiny failed: the smoke as a whole did not pass
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("smoke:")]
+    result = json.loads((tmp_path / "out" / "smoke.json").read_text())
+    checks = {c["check"]: c for c in result["checks"]}
+    assert checks["tiny"]["ok"] is False and "illegal memory access" in checks["tiny"]["error"]
+    assert "\n" not in checks["tiny"]["error"]  # one line, whatever the message held
+    assert checks["tiny-plain"]["ok"] is True and checks["tiny-plain"]["path"] == "plain"
+    # every later training check ran on the plain path, in its own output_dir for the retry
+    assert all(set(smoke.PLAIN) <= set(c) for c in calls[1:]) and len(calls) == 5
+    assert any(o.endswith("/tiny-plain") for o in calls[1] if o.startswith("output_dir="))
+    assert all(checks[n].get("path") == "plain" for n in ("math-0.5b", "resume-0.5b", "search-0.5b"))
+    assert result["plain_path"] is True and result["finished"] is True
+    # stdout: one line per check (10: env, tiny, tiny-plain, init, math, resume, search, eval,
+    # report, then the verdict)
+    assert len(lines) == 10 and lines[-1].startswith("smoke: FAILED 8/9 checks")
+
+
+def test_smoke_out_holds_three_files_and_the_archive_leaves_out_weights(monkeypatch, tmp_path):
+    import tarfile
+
+    smoke = _smoke_module(monkeypatch, tmp_path)
+    _stub_checks(smoke, [], fast_path_fails=False)
+    assert smoke.main() == 0
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["runs.tar.gz", "smoke.json", "smoke.log"]
+    with tarfile.open(out / "runs.tar.gz") as tar:
+        names = tar.getnames()
+    assert "runs/tiny/metrics.jsonl" in names and not any("checkpoints" in n for n in names)
+    result = json.loads((out / "smoke.json").read_text())
+    assert result["passed"] and result["archive"]["holds"] == "all" and not result["plain_path"]
+    assert "tiny-plain" not in {c["check"] for c in result["checks"]}
+
+
+def test_smoke_reports_cuda_failing_to_start_as_a_failed_check_not_a_traceback(monkeypatch, tmp_path, capsys):
+    """On a machine where CUDA cannot start (here: a CPU build of torch told device=cuda), the
+    peak-memory reset that precedes each check raises: each check is a FAIL line with the error,
+    and smoke.json and the archive are written."""
+    smoke = _smoke_module(monkeypatch, tmp_path, device="cuda")
+    if torch.cuda.is_available():
+        pytest.skip("CUDA starts here")
+    _stub_checks(smoke, [], fast_path_fails=False)
+    assert smoke.main() == 1
+    out = capsys.readouterr().out
+    assert "smoke: env          FAIL" in out and "Traceback" not in out
+    result = json.loads((tmp_path / "out" / "smoke.json").read_text())
+    assert result["finished"] and not result["passed"] and result["checks"][0]["error"]
+    assert (tmp_path / "out" / "runs.tar.gz").is_file()
+
+
+def test_smoke_skips_what_would_start_past_its_budget(monkeypatch, tmp_path, capsys):
+    smoke = _smoke_module(monkeypatch, tmp_path, budget="0", plain="1")
+    _stub_checks(smoke, [], fast_path_fails=False)
+    assert smoke.main() == 1  # nothing ran: nothing passed
+    result = json.loads((tmp_path / "out" / "smoke.json").read_text())
+    assert result["skipped"][:2] == ["env", "tiny"] and result["plain_path"] is True
+    assert "SKIP" in capsys.readouterr().out
