@@ -97,7 +97,25 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpa
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(build_parser(), argv)
+    """The `srpo` command. SIGINT and SIGTERM raise srpo.cli.interrupts.Interrupted here (only
+    here: library code keeps Python's defaults); a command that does not say where it stopped
+    (`srpo train` does) gets this one line, and the exit status is 130 / 143."""
+    from srpo.cli.interrupts import Interrupted, handling_interrupts
+
+    command = None
+    with handling_interrupts():
+        try:
+            args = parse_args(build_parser(), argv)
+            command = args.command
+            return _run(args)
+        except Interrupted as e:
+            print(f"srpo{f' {command}' if command else ''}: stopped by {e.name} before it finished; "
+                  f"the files it writes are written whole or not at all: run the same command again",
+                  file=sys.stderr)
+            return e.exit_code
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.handler(args) or 0)
     except Exception as e:  # a full disk in any command's writer (rollouts, eval --out, index): one line

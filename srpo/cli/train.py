@@ -62,7 +62,28 @@ def _disk_full_line(error: BaseException, run_dir: Path) -> str | None:
     return str(error.with_hint(f"{error.hint}; {hint}" if error.hint else hint))
 
 
+def _stopped_line(trainer, interrupt) -> str:
+    """Where an interrupted run stopped and the command that continues it (exactly: a resumed
+    run's metrics equal an uninterrupted run's)."""
+    import shlex
+
+    from srpo.train.checkpoint import latest_checkpoint
+
+    run_dir, steps = trainer.run_dir, trainer.cfg.train.steps
+    try:
+        ckpt = latest_checkpoint(run_dir)
+    except Exception:  # noqa: BLE001 - the line is said anyway; resume=true checks it properly
+        ckpt = None
+    where = f"from its checkpoint {ckpt.name}" if ckpt is not None else "from step 0 (no checkpoint yet)"
+    after = " (training done; its final evaluation, report or export unfinished)" if trainer.step >= steps else ""
+    again = (f"srpo train {shlex.quote(str(run_dir))} resume=true" if (run_dir / "config.yaml").is_file()
+             else "the same command with resume=true")
+    return (f"stopped by {interrupt.name} at step {trainer.step} of {steps}{after}; it continues {where}; "
+            f"resume with: {again}")
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
+    from srpo.cli.interrupts import Interrupted
     from srpo.config import ConfigError, load_config
     from srpo.train.checkpoint import CheckpointError
     from srpo.train.stats import paired_comparison
@@ -85,8 +106,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
             raise
         print(f"srpo train: {line}", file=sys.stderr)
         return 1
+    except Interrupted as e:  # SIGINT / SIGTERM (srpo.cli.interrupts); the lock is released
+        print(f"srpo train: stopped by {e.name} during start-up, before any step: run the same command "
+              f"again", file=sys.stderr)
+        return e.exit_code
     try:
         result = trainer.train()
+    except Interrupted as e:  # train() released the lock and removed its temporary files on the way
+        if trainer.dist.is_main:
+            print(f"srpo train: {_stopped_line(trainer, e)}", file=sys.stderr)
+        return e.exit_code
     except CheckpointError as e:  # a checkpoint that does not fit the model: nothing was written
         print(f"srpo train: {e}", file=sys.stderr)
         return 2
