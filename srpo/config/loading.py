@@ -296,6 +296,49 @@ def check_environment(cfg: Config) -> None:
     """
     _check_device(cfg.device)
     _check_output_dir(cfg.output_dir)
+    _check_rollout_memory(cfg)
+
+
+# A lower bound of the host memory one generated token takes in a step's records (its id, its
+# sampling log-prob, its loss-mask entry and the batch tensors built from them; the prompt, the
+# model and generation's own buffers come on top)
+BYTES_PER_GENERATED_TOKEN = 64
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available to a new allocation (MemAvailable), None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _check_rollout_memory(cfg: Config) -> None:
+    """Refuse a step whose rollouts surely do not fit this machine's memory, before any model
+    is loaded: rollouts a step (schema.rollouts_per_step) x the largest max_new_tokens of any
+    agent x BYTES_PER_GENERATED_TOKEN, a lower bound (one output per episode), against the
+    memory available now."""
+    from srpo.config.schema import rollouts_per_step
+
+    tokens = max([cfg.sampling.max_new_tokens,
+                  *(a.sampling.get("max_new_tokens", 0) for a in cfg.agents.values())])
+    need = rollouts_per_step(cfg) * tokens * BYTES_PER_GENERATED_TOKEN
+    available = _available_memory()
+    if available is not None and need > available:
+        raise ConfigError(
+            f"group_size ({cfg.group_size}) x train.tasks_per_step ({cfg.train.tasks_per_step}) "
+            f"rollouts of up to {tokens} tokens (sampling.max_new_tokens) need at least "
+            f"{need / 2**30:.1f} GiB for their records alone, more than the "
+            f"{available / 2**30:.1f} GiB of memory available on this machine; lower group_size, "
+            f"train.tasks_per_step or sampling.max_new_tokens"
+        )
 
 
 def _check_device(device: str) -> None:

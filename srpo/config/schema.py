@@ -251,8 +251,10 @@ class TaskConfig(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> Self:
-        positive("task.train_size", self.train_size, zero_ok=True)
-        positive("task.heldout_size", self.heldout_size, zero_ok=True)
+        for key in ("train_size", "heldout_size"):
+            positive(f"task.{key}", getattr(self, key), zero_ok=True)
+            at_most(f"task.{key}", getattr(self, key), MAX_SPLIT_SIZE,
+                    "a split is generated or read whole, and held in memory, before training")
         try:
             pack = get_pack(self.name)
         except ValueError as e:
@@ -262,6 +264,13 @@ class TaskConfig(_Section):
 
 
 GENERIC_TASK_KEYS = ("name", "train_size", "heldout_size", "seed")
+# The most tasks of one split (task.train_size, task.heldout_size): every pack builds a split
+# whole at start-up (reasoning-gym draws ~5,000 questions a second), so a larger one would run
+# for hours, or out of memory, before the first step
+MAX_SPLIT_SIZE = 1_000_000
+# The most rollouts one step may generate: tasks_per_step * group_size (* dynamic sampling's
+# draws); every episode's records are held in memory until the update (docs/training.md)
+MAX_ROLLOUTS_PER_STEP = 1_000_000
 
 
 def _pack_settings(pack: Any, given: dict[str, Any]) -> dict[str, Any]:
@@ -557,6 +566,17 @@ class Config(_Section):
     @model_validator(mode="after")
     def _check(self) -> Self:
         positive("group_size", self.group_size)
+        rollouts = rollouts_per_step(self)
+        if rollouts > MAX_ROLLOUTS_PER_STEP:
+            raise ConfigError(
+                f"group_size ({self.group_size}) x train.tasks_per_step ({self.train.tasks_per_step})"
+                f"{' x train.dynamic_sampling_max_draws' if self.train.dynamic_sampling else ''} = "
+                f"{rollouts} rollouts a step exceeds the cap of {MAX_ROLLOUTS_PER_STEP} (a documented "
+                f"bound: every rollout of a step is held in memory until its update)"
+            )
+        if not self.output_dir.strip():
+            raise ConfigError("output_dir is empty: the run would write its files into the working "
+                              "directory; name a run directory, e.g. output_dir=runs/x")
         seed_range("seed", self.seed)  # the trainer seeds numpy with it
         unknown = sorted(set(self.train.policy_lr) - set(self.policies.names))
         if unknown:
@@ -599,6 +619,18 @@ class Config(_Section):
 def one_of(key: str, value: Any, allowed: Sequence[Any]) -> None:
     if value not in allowed:
         raise ConfigError(f"{key} must be one of {list(allowed)}, got {value!r}")
+
+
+def rollouts_per_step(cfg: Config) -> int:
+    """The most episodes one training step generates: tasks_per_step * group_size, times
+    dynamic sampling's draws when it is on."""
+    draws = cfg.train.dynamic_sampling_max_draws if cfg.train.dynamic_sampling else 1
+    return cfg.train.tasks_per_step * cfg.group_size * draws
+
+
+def at_most(key: str, value: int, limit: int, what: str) -> None:
+    if value > limit:
+        raise ConfigError(f"{key} must be <= {limit} ({what}), got {value}")
 
 
 def positive(key: str, value: int, *, zero_ok: bool = False) -> None:

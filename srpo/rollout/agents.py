@@ -20,6 +20,11 @@ from typing import Any
 from srpo.types import Message, check_template
 
 
+# The lowest temperature above 0: logits / temperature below it overflow float16/bfloat16 (and
+# float32 near 1e-37), and the sampler is greedy in all but name; use 0 for greedy decoding
+MIN_TEMPERATURE = 1e-3
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How one generation is sampled.
@@ -28,7 +33,7 @@ class SamplingParams:
     samples from the resulting distribution. temperature == 0 means greedy decoding.
     """
 
-    temperature: float = 1.0  # softmax temperature; 0 = greedy (argmax)
+    temperature: float = 1.0  # softmax temperature; 0 = greedy (argmax), else >= MIN_TEMPERATURE
     top_k: int = 0  # keep the k most likely tokens; 0 = no top-k filtering
     top_p: float = 1.0  # nucleus sampling mass in (0, 1]; 1 = no top-p filtering
     max_new_tokens: int = 64  # generation budget per request (the eos token counts)
@@ -44,6 +49,11 @@ class SamplingParams:
         object.__setattr__(self, "stop", tuple(self.stop))  # hashable: sampling groups batches
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
             raise ValueError(f"temperature must be finite and >= 0, got {self.temperature!r}")
+        if 0 < self.temperature < MIN_TEMPERATURE:
+            raise ValueError(
+                f"temperature must be 0 (greedy) or >= {MIN_TEMPERATURE} (below it logits / "
+                f"temperature overflow, or sample greedily in all but name), got {self.temperature!r}"
+            )
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
             raise ValueError(f"top_k must be an int >= 0, got {self.top_k!r}")
         if not (0 < self.top_p <= 1):

@@ -105,11 +105,27 @@ OVERRIDE_CASES = {
     "unknown top-level key": (["trian.steps=1"], r"unknown key\(s\) \['trian'\]"),
     "wrong type": (["train.steps=abc"], r"train\.steps must be an integer, got str 'abc'"),
     "negative steps": (["train.steps=-1"], r"train\.steps must be > 0, got -1"),
+    # issue 55: nothing unbounded, nothing silently accepted
+    "train_size 1e9": (["task.train_size=1000000000"],
+                       r"task\.train_size must be <= 1000000 \(a split is generated or read whole"),
+    "heldout_size 1e9": (["task.heldout_size=1000000000"], r"task\.heldout_size must be <= 1000000"),
+    "group_size 1e9": (["group_size=1000000000"],
+                       r"group_size \(1000000000\) x train\.tasks_per_step \(4\) = 4000000000 rollouts "
+                       r"a step exceeds the cap of 1000000 \(a documented bound"),
+    "output_dir empty": (["output_dir="], r"output_dir is empty: the run would write its files into "
+                                          r"the working directory"),
+    "reward timeout_s -1": (["task.reward.timeout_s=-1"],
+                            r"task\.reward\.timeout_s must be in \(0, 3600\] seconds \(or null"),
+    "reward timeout_s 1e308": (["task.reward.timeout_s=1e308"], r"task\.reward\.timeout_s must be in \(0, 3600\]"),
+    "temperature 1e-30": (["sampling.temperature=1e-30"],
+                          r"sampling: temperature must be 0 \(greedy\) or >= 0\.001 .* got 1e-30"),
+    "agent temperature 1e-30": (["agents.solver.sampling={temperature: 0.00001}"],
+                                r"agents\.solver\.sampling: temperature must be 0 \(greedy\) or >= 0\.001"),
 }
 
 # the few cases that run as the command a user types (the rest run in-process)
 SUBPROCESS_CASES = ["alias bomb", "100000 nested brackets", "duplicate nested key", "device foo",
-                    "agent no workflow declares"]
+                    "agent no workflow declares", "train_size 1e9"]
 
 
 def write_config(tmp_path: Path, content: str | bytes | None) -> Path:

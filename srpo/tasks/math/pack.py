@@ -21,12 +21,17 @@ class RewardSettings(TaskSettings):
     format_weight: Float = 0.0  # weight of the 0/1 format component
     format_rule: str = "any"  # "boxed" | "explicit" | "any" | "bare" (srpo.tasks.math.rewards)
     strict: bool = False  # correct only counts when the format is right
-    timeout_s: Float | None = 5.0  # limit of one symbolic equivalence check
+    # limit of one symbolic equivalence check, in (0, 3600] seconds (null: none, trusted inputs)
+    timeout_s: Float | None = 5.0
 
     @model_validator(mode="after")
     def _check(self) -> Self:
-        from srpo.tasks.math.rewards import FORMAT_RULES  # the reward's own list of rules
+        from srpo.tasks.math.rewards import FORMAT_RULES, check_timeout  # the reward's own rules
         one_of("task.reward.format_rule", self.format_rule, tuple(FORMAT_RULES))
+        try:
+            check_timeout(self.timeout_s)
+        except ValueError as e:
+            raise ConfigError(f"task.reward.{e}") from e
         return self
 
 

@@ -30,6 +30,11 @@ SPLITS = ("train", "heldout")
 _HELDOUT_SEED_OFFSET = 2**31
 _SEED_MODULUS = 2**32
 
+# Every this many draws a split checks the share of them that gave a new question: when twice
+# that share over the draws left (size x max_draw_factor in all) cannot reach the size asked,
+# it stops at once (reasoning_gym_tasks), not after hours of drawing
+RATE_WINDOW = 10_000
+
 # Keys owned by this module; a user config must not set them.
 _RESERVED_CONFIG_KEYS = ("seed", "size")
 
@@ -171,7 +176,15 @@ def reasoning_gym_tasks(
         tasks: list[Task] = []
         seen: set[str] = set()
         skipped_excluded = skipped_repeat = 0
-        for entry in dataset:
+        exhausted, window_start = False, 0  # usable questions before the current window
+        for drawn, entry in enumerate(dataset, 1):
+            if drawn % RATE_WINDOW == 0:
+                # the share of draws that give a new question only falls as questions are seen:
+                # at twice the last window's share, the draws left cannot reach `size`
+                found, window_start = len(tasks) - window_start, len(tasks)
+                if 2 * found * (max_draws - drawn) < (size - len(tasks)) * RATE_WINDOW:
+                    exhausted, draws = True, drawn
+                    break
             key = normalize_question(str(entry["question"]))
             if key in excluded:
                 skipped_excluded += 1
@@ -186,7 +199,7 @@ def reasoning_gym_tasks(
             )
             if len(tasks) == size:
                 return tasks
-        if draws >= max_draws:
+        if draws >= max_draws or exhausted:
             raise ValueError(
                 f"reasoning-gym task {name!r} (split={split!r}, seed={seed}, config={config}): "
                 f"only {len(tasks)} of the {size} requested questions are usable after drawing "

@@ -73,6 +73,18 @@ def _is_formatted(text: str, found: Extraction | None, rule: str) -> bool:
     return rule != "bare" or parse_number(text) is not None
 
 
+MAX_TIMEOUT_S = 3600.0  # the longest limit of one symbolic check (threading's own cap is ~1e9 s)
+
+
+def check_timeout(timeout_s: float | None) -> float | None:
+    """timeout_s in (0, MAX_TIMEOUT_S] seconds, or None (no limit); ValueError naming it otherwise."""
+    if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
+                                  or not 0 < timeout_s <= MAX_TIMEOUT_S):
+        raise ValueError(f"timeout_s must be in (0, {MAX_TIMEOUT_S:g}] seconds (or null: no limit), "
+                         f"got {timeout_s!r}")
+    return timeout_s
+
+
 class MathReward:
     """Correctness (+ optional format bonus) of a response against `task.answer`.
 
@@ -106,7 +118,7 @@ class MathReward:
         self.format_weight = float(format_weight)
         self.format_rule = format_rule
         self.strict = strict
-        self.timeout_s = timeout_s
+        self.timeout_s = check_timeout(timeout_s)
 
     def __call__(self, task: Task, text: str) -> RewardResult:
         try:
