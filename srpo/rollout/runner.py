@@ -49,6 +49,23 @@ class RolloutResult:
     stats: dict[str, float] = field(default_factory=dict)  # rounds, calls, tokens, seconds...
 
 
+# The most generation rounds one episode may take (a workflow may set its own `max_rounds`):
+# a workflow whose stop condition never holds would otherwise generate forever, e.g. in the
+# first evaluation. A round is one yield of the workflow's run(); the built-in workflows take
+# fewer than 20 (docs/workflows.md)
+MAX_ROUNDS = 1000
+
+
+def max_rounds(workflow: Workflow) -> int:
+    """The workflow's own `max_rounds` (an int >= 1), else MAX_ROUNDS."""
+    limit = getattr(workflow, "max_rounds", None)
+    if limit is None:
+        return MAX_ROUNDS
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"workflow {workflow.name!r}: max_rounds must be an int >= 1, got {limit!r}")
+    return limit
+
+
 RAISED_IN_WORKFLOW = "(raised while running "  # the note _advance adds to a workflow's exception
 
 
@@ -77,6 +94,8 @@ class _Live:
     targets: list[Output] = field(default_factory=list)  # output each request fills/extends
     single: bool = False  # the workflow yielded one request (reply with one Output)
     declared: frozenset[str] = frozenset()  # the workflow's `agents`: the only roles it may ask
+    max_rounds: int = MAX_ROUNDS  # the rounds it may take (max_rounds)
+    rounds: int = 0  # the rounds it has yielded requests for
     done: bool = False
     value: Any = None  # what run() returned (the reward components)
 
@@ -198,13 +217,15 @@ class RolloutRunner:
             raise ValueError(f"duplicate task ids {dupes[:5]}: task ids must be unique per run")
         declared = frozenset(getattr(workflow, "agents", ()))
         check_agent_names(sorted(declared), self.agents, where=f"workflow {workflow.name!r}")
+        limit = max_rounds(workflow)
         start = time.perf_counter()
         calls0, tokens0 = self.backend.stats.calls, self.backend.stats.generated_tokens
         lives = []
         for task in tasks:
             for g in range(group_size):
                 ctx = self.episode_context(task, workflow.name, rollout_index=g)
-                lives.append(_Live(ctx=ctx, gen=workflow.run(task, ctx), declared=declared))
+                lives.append(_Live(ctx=ctx, gen=workflow.run(task, ctx), declared=declared,
+                                   max_rounds=limit))
         for live in lives:
             self._advance(live, None)
         rounds = 0
@@ -249,7 +270,8 @@ class RolloutRunner:
         declared = frozenset(getattr(workflow, "agents", ()))
         check_agent_names(sorted(declared), self.agents, where=f"workflow {workflow.name!r}")
         ctx = self.episode_context(task, workflow.name, rollout_index=rollout_index)
-        return EpisodeDriver(self, _Live(ctx=ctx, gen=workflow.run(task, ctx), declared=declared))
+        return EpisodeDriver(self, _Live(ctx=ctx, gen=workflow.run(task, ctx), declared=declared,
+                                         max_rounds=max_rounds(workflow)))
 
     def episode_context(self, task: Task, workflow_name: str, *, rollout_index: int) -> EpisodeContext:
         """The context of one episode: this runner's reward, tokenizer and answer key, as
@@ -274,6 +296,14 @@ class RolloutRunner:
         except Exception as e:
             e.add_note(f"{RAISED_IN_WORKFLOW}{self._where(lv)})")
             raise
+        lv.rounds += 1
+        if lv.rounds > lv.max_rounds:
+            lv.gen.close()
+            raise ValueError(
+                f"workflow {lv.ctx.workflow_name!r} did not finish within {lv.max_rounds} generation "
+                f"rounds (task {lv.ctx.task.task_id!r}, rollout {lv.ctx.rollout_index}): its stop condition never held; end run() with a "
+                f"return, or set the workflow's max_rounds (srpo.rollout.runner.MAX_ROUNDS)"
+            )
         single = not isinstance(yielded, list)
         items = [yielded] if single else yielded
         if not items:

@@ -10,13 +10,23 @@ rollouts (which load the same Config) but that make training fail late or learn 
   * every configured agent is a role some workflow declares (a misspelt `agents.solvr`);
   * the task pack's checks (math: a local GSM8K / MATH-500 file's held-out questions do not
     recur in its training part; search: a questions file reads whole, blank questions named).
+
+Once the checkpoint and the models are known (the trainer's set-up, before any work):
+check_resume_steps (train.steps not below the steps a resumed run has done) and
+check_question_lengths (no question longer than the model's context).
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
 from srpo.config import Config, ConfigError, check_environment
 from srpo.objective.methods import MethodSpec
 from srpo.train.distributed import DistContext, check_data_parallel
+from srpo.types import Task
 
 
 def preflight(cfg: Config, *, models_given: bool = False) -> None:
@@ -69,6 +79,52 @@ def check_task_pack(cfg: Config) -> None:
     pack = task_pack(cfg)
     if pack.check is not None:
         pack.check(cfg.task)
+
+
+def check_resume_steps(ckpt: Path | None, steps: int) -> None:
+    """resume=true with train.steps fewer than the steps its checkpoint has done is refused: the
+    run would end at once, saying it ran the steps it had. A marker that cannot be read is left
+    to the checkpoint's own checks, which name what is wrong with it."""
+    from srpo.train.checkpoint import STATE_FILE
+
+    if ckpt is None:
+        return
+    try:
+        done = json.loads((ckpt / STATE_FILE).read_text(encoding="utf-8"))["step"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if isinstance(done, int) and not isinstance(done, bool) and done > steps:
+        raise ConfigError(
+            f"train.steps ({steps}) is fewer than the {done} steps the run in {ckpt.parent.parent} "
+            f"has done (checkpoint {ckpt.name}): resume with train.steps >= {done} to train on, or "
+            f"choose another output_dir"
+        )
+
+
+def check_question_lengths(tasks: Sequence[Task], policies: Any, max_new_tokens: int,
+                           split: str) -> None:
+    """Every task's question, tokenized alone by each policy's tokenizer, leaves room for
+    max_new_tokens within the policy's context (its model's max_position_embeddings): a longer
+    one would only get transformers' warning and positions past what the model was trained on.
+    Only questions long enough to matter are tokenized (a token holds at least one byte, plus
+    a few for markers)."""
+    for name in policies.names:
+        policy = policies[name]
+        context = getattr(getattr(policy.model, "config", None), "max_position_embeddings", None)
+        if not isinstance(context, int) or context <= 0:
+            continue
+        room = context - max_new_tokens
+        for task in tasks:
+            if len(task.prompt.encode("utf-8", "surrogatepass")) + 8 < room:
+                continue
+            n = len(policy.tokenizer(task.prompt, add_special_tokens=False, verbose=False)["input_ids"])
+            if n > room:
+                raise ConfigError(
+                    f"task {task.task_id!r} ({split} split): its question alone is {n} tokens "
+                    f"(policy {name!r}); with sampling.max_new_tokens {max_new_tokens} that "
+                    f"exceeds the model's context of {context} tokens: shorten or leave out "
+                    f"the question, or lower sampling.max_new_tokens"
+                )
 
 
 def check_process_layout(cfg: Config, spec: MethodSpec, dist: DistContext) -> None:

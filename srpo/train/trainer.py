@@ -46,7 +46,13 @@ from srpo.train.heldout import evaluate_run
 from srpo.train.metrics import combine_micro_batches, mean_over_steps, peak_rss_gb
 from srpo.train.metrics_log import MetricsLogger
 from srpo.train.optim import build_optimizers, policy_parameters
-from srpo.train.preflight import check_minibatches, check_process_layout, preflight
+from srpo.train.preflight import (
+    check_minibatches,
+    check_process_layout,
+    check_question_lengths,
+    check_resume_steps,
+    preflight,
+)
 from srpo.train.progress import RunProgress
 from srpo.train.run_dir import (
     RUN_ARTIFACTS,
@@ -116,6 +122,7 @@ class Trainer:
         # Fail on a bad checkpoint before any model is built or any work is done.
         self._resume_from = resume_checkpoint(self.run_dir, resume=cfg.resume, fingerprint=self.fingerprint,
                                               resumable_fields=RESUMABLE_FIELDS, config=to_dict(cfg))
+        check_resume_steps(self._resume_from, t.steps)
         self.policies = policies or build_policies(cfg.model, cfg.policies, cfg.device)
         if t.activation_checkpointing:
             enable_activation_checkpointing(self.policies)
@@ -136,6 +143,8 @@ class Trainer:
             torch.manual_seed(cfg.seed + 1_000_003 * self.dist.rank)
         self.train_tasks = load_tasks(cfg.task, split="train")
         self.heldout_tasks = load_tasks(cfg.task, split="heldout", limit=cfg.eval.size) if cfg.eval.size != 0 else []
+        for split, tasks in (("train", self.train_tasks), ("heldout", self.heldout_tasks)):
+            check_question_lengths(tasks, self.policies, cfg.sampling.max_new_tokens, split)
         self.step = 0
         # bars on rank 0's terminal only; plain lines otherwise (srpo.train.progress)
         self.progress = RunProgress(enabled=None if self.dist.is_main else False)

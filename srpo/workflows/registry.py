@@ -110,6 +110,9 @@ def import_reference(ref: str, *, what: str) -> Any:
             module = importlib.import_module(module_ref)
     except (ImportError, FileNotFoundError) as e:
         raise ValueError(f"{what} {ref!r}: cannot import {module_ref!r}: {e}") from e
+    except SystemExit as e:  # sys.exit() at import: not the end of srpo's command
+        raise ValueError(f"{what} {ref!r}: {module_ref!r} called sys.exit({e.code!r}) while it was "
+                         f"imported; a {what} file must not exit at import") from None
     if not hasattr(module, attr):
         raise ValueError(f"{what} {ref!r}: {module_ref!r} has no attribute {attr!r}")
     return getattr(module, attr)

@@ -79,9 +79,32 @@ def verify_export(folder: str | Path, *, allow_missing_manifest: bool = False) -
             raise TypeError("'files' is not a mapping")
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise CorruptCheckpointError(f"{manifest} cannot be read: {e}") from None
+    _check_listed(folder, manifest, files)
     _check_files(folder, files)
     _check_headers(folder)
     return True
+
+
+# what transformers loads weights from: an export's manifest must list one of them
+WEIGHTS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+def _check_listed(folder: Path, manifest: Path, files: Mapping[str, Any]) -> None:
+    """The manifest lists every file of the folder (srpo's export lists all it wrote) and at least
+    one weights file: a file it leaves out (weights swapped in after the export, or `{"files": {}}`)
+    would otherwise be loaded unchecked while eval says "checksums verified"."""
+    for path in sorted(folder.rglob("*")):
+        name = path.relative_to(folder).as_posix()
+        if path.is_file() and path != manifest and name not in files:
+            raise CorruptCheckpointError(
+                f"{path} is not listed in {manifest}: it was added or renamed after the export, "
+                f"so it cannot be checked (re-export the run, or remove the file)"
+            )
+    if not any(str(name).endswith(WEIGHTS_SUFFIXES) for name in files):
+        raise CorruptCheckpointError(
+            f"{manifest} lists no weights file ({', '.join(f'*{s}' for s in WEIGHTS_SUFFIXES)}): "
+            f"the export's weights cannot be checked; re-export the run"
+        )
 
 
 def _resolve(path_or_run_dir: str | Path) -> Path:
