@@ -33,13 +33,17 @@ from pathlib import Path
 
 from srpo.train.stats import paired_comparison
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from provenance import provenance
+
 ROOT = Path(__file__).resolve().parents[1]
 BEFORE = "cae2695"
 
 
 def run_side(name: str, code: Path, config: str | None, overrides: list[str], out_dir: Path) -> dict:
     """One `srpo train` in a fresh process under /usr/bin/time; its record is also written to
-    OUT_DIR/<name>.json, and a record already there is reused (a queue of runs survives a kill)."""
+    OUT_DIR/<name>.json, and a record already there is reused (a queue of runs survives a kill).
+    The record names the code it ran (`commit`, `dirty` of CODE, taken when the run starts)."""
     run_dir = out_dir / name
     done = out_dir / f"{name}.json"
     if done.is_file():
@@ -49,13 +53,14 @@ def run_side(name: str, code: Path, config: str | None, overrides: list[str], ou
            *([config] if config else []), f"output_dir={run_dir}", *overrides]
     env = {**os.environ, "PYTHONPATH": str(code)}
     print(f"[{name}] {' '.join(cmd[3:])}  (code: {code.name})", flush=True)
+    code_state = provenance(code)
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=code, env=env, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"[{name}] failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     elapsed, max_kb = proc.stderr.strip().splitlines()[-1].split()
-    out = run_record(run_dir, wall, float(elapsed), int(max_kb)) | {"overrides": overrides}
+    out = run_record(run_dir, wall, float(elapsed), int(max_kb)) | {"overrides": overrides, **code_state}
     done.write_text(json.dumps(out, indent=1))
     print(f"[{name}] {wall / 60:.1f} min, {out['peak_rss_gb']:.1f} GB, {out['steps']} steps", flush=True)
     return out
@@ -157,7 +162,9 @@ def main() -> None:
         after_runs = [] if args.only == "before" else [
             run_side(f"after-seed{s}", ROOT, args.config, [*args.overrides, *seeded(s), *args.after], tmp)
             | {"seed": s} for s in seeds]
-    report = {"before_commit": args.before, "config": args.config or "default job", "overrides": args.overrides,
+    # each run's record names its own code (commit, dirty); this is the checkout that wrote the file
+    report = {"before_commit": args.before, "written_by": provenance(ROOT), "config": args.config or "default job",
+              "overrides": args.overrides,
               "after_only_overrides": args.after, "seeds": seeds,
               "before": before_runs[0] if before_runs else None, "after": after_runs[0] if after_runs else None,
               "before_seeds": before_runs, "after_seeds": after_runs,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from srpo.build import build_policies, build_rollout, load_tasks
@@ -24,6 +25,9 @@ from srpo.train.evaluate import evaluate
 from srpo.train.setup import checkpointed_models
 from srpo.train.stats import paired_comparison
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from provenance import provenance
+
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -31,6 +35,7 @@ def main() -> None:
     p.add_argument("overrides", nargs="*", help="key=value over the run's config (e.g. model.dtype=float32)")
     p.add_argument("--out", type=Path, help="write the result as JSON here")
     args = p.parse_args()
+    code = provenance()  # the code of this evaluation, taken when it starts (the run's own: its config)
     cfg = load_config(args.run_dir / "config.yaml", [f"output_dir={args.run_dir}", *args.overrides])
     policies = build_policies(cfg.model, cfg.policies, cfg.device)
     ckpt = load_checkpoint_policies(args.run_dir, checkpointed_models(policies))
@@ -41,7 +46,7 @@ def main() -> None:
     run_after = json.loads((args.run_dir / "eval" / "after.json").read_text())["correct"]
     c = paired_comparison(run_after, result.correct)
     agree = sum(int(a) == int(b) for a, b in zip(run_after, result.correct))
-    out = {"run_dir": args.run_dir.name, "checkpoint": ckpt.name, "overrides": args.overrides,
+    out = {"run_dir": args.run_dir.name, "checkpoint": ckpt.name, "overrides": args.overrides, **code,
            "compute_dtype": policies.compute_dtype, "n": c.n,
            "run_after_accuracy": sum(run_after) / c.n, "this_accuracy": sum(result.correct) / c.n,
            "same_verdict": agree, "diff": c.diff.estimate, "low": c.diff.low, "high": c.diff.high,

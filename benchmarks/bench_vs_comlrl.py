@@ -42,6 +42,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from provenance import provenance
+
 CONFIG = HERE / "comlrl" / "srpo_magrpo.yaml"
 PEER = HERE / "comlrl" / "comlrl_peer.py"
 
@@ -54,6 +57,7 @@ def run_srpo(steps: int, threads: int, out: Path, prompts_out: Path | None, over
     from srpo.config import load_config
     from srpo.train.trainer import Trainer
 
+    code = provenance()  # the code this run ran, taken when it starts
     with tempfile.TemporaryDirectory(prefix="bench-comlrl-") as run_dir:
         cfg = load_config(CONFIG, [f"train.steps={steps}", f"train.threads={threads}",
                                    f"output_dir={run_dir}", *overrides])
@@ -79,7 +83,7 @@ def run_srpo(steps: int, threads: int, out: Path, prompts_out: Path | None, over
         "step_seconds": sum(v for k, v in m.items() if k.startswith("time/")),
         "generated_tokens": m["rollout/tokens/generated"],
     } for i, m in enumerate(result.history)]
-    out.write_text(json.dumps({"side": "srpo", "threads": threads, "steps": rows}, indent=1))
+    out.write_text(json.dumps({"side": "srpo", "threads": threads, **code, "steps": rows}, indent=1))
     if prompts_out is not None:
         prompts_out.write_text(json.dumps(prompts, indent=1))
 
@@ -139,18 +143,20 @@ def main() -> None:
                             "--threads", str(args.threads), "--side-out", str(side_out),
                             *(["--prompts-out", str(prompts)] if r == 0 else []), *args.overrides],
                            check=True, env=env)
-            srpo_runs.append(json.loads(side_out.read_text())["steps"])
+            srpo_runs.append({"round": r + 1, **json.loads(side_out.read_text())})
             print(f"[round {r + 1}] srpo: {time.perf_counter() - t0:.0f} s", flush=True)
             peer_out = Path(tmp) / f"comlrl{r}.json"
+            peer_code = provenance()  # the checkout that drove the peer (its script: benchmarks/comlrl/)
             t0 = time.perf_counter()
             subprocess.run([args.peer_python, str(PEER), "--model", str(model_dir), "--prompts", str(prompts),
                             "--out", str(peer_out), "--threads", str(args.threads)], check=True, env=env)
-            peer_runs.append(json.loads(peer_out.read_text())["steps"])
+            peer_runs.append({"round": r + 1, "side": "comlrl", **peer_code,
+                              "steps": json.loads(peer_out.read_text())["steps"]})
             print(f"[round {r + 1}] comlrl: {time.perf_counter() - t0:.0f} s", flush=True)
-    summary = summarize(srpo_runs, peer_runs)
+    summary = summarize([run["steps"] for run in srpo_runs], [run["steps"] for run in peer_runs])
     report = {"shapes": {"agents": 2, "K": 4, "max_new_tokens": 32, "prompts_per_step": 1,
                          "threads": args.threads, "steps": args.steps, "rounds": args.rounds},
-              "overrides": args.overrides, "summary": summary,
+              "overrides": args.overrides, "written_by": provenance(), "summary": summary,
               "runs": {"srpo": srpo_runs, "comlrl": peer_runs}}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1))

@@ -46,6 +46,7 @@ import types  # noqa: E402
 import warnings  # noqa: E402
 
 import torch  # noqa: E402
+from provenance import provenance  # noqa: E402  (benchmarks/ is sys.path[0] run as a script)
 
 from srpo.batch import build_flat_batch  # noqa: E402
 from srpo.config import Config, load_config  # noqa: E402
@@ -358,6 +359,7 @@ def main() -> None:
     print(f"  steps: {args.warmup} warm-up + {args.steps} timed; torch {torch.__version__}, "
           f"transformers {transformers.__version__}, {torch.get_num_threads()} threads; order "
           f"{args.order}", flush=True)
+    print(f"  code: {provenance()}  (commit, and whether the tree held uncommitted changes)", flush=True)
 
     results: dict[str, SideResult] = {}
     srpo_info: dict = {}

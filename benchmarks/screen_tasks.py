@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import torch
+from provenance import provenance
 
 from srpo.build import build_rollout, load_tasks
 from srpo.config.loading import load_config
@@ -84,6 +85,7 @@ def main() -> None:
     difficulty = dict(d.split("=", 1) for d in args.difficulty)
     rows = []
     for task in args.tasks:
+        code = provenance()  # the code this task's screen ran, taken when it starts
         start = time.perf_counter()
         try:
             row = screen(task, difficulty.get(task, "{}"), args.overrides, args.heldout,
@@ -91,10 +93,12 @@ def main() -> None:
         except ValueError as e:  # e.g. a question space too small: recorded, the screen goes on
             row = {"task": task, "error": str(e)}
         row["seconds"] = round(time.perf_counter() - start, 1)
+        row.update(code)
         print(json.dumps(row), flush=True)
         rows.append(row)
         if args.out:  # after every task: a killed screen keeps what it measured
-            Path(args.out).write_text(json.dumps({"overrides": args.overrides, "rows": rows}, indent=1))
+            Path(args.out).write_text(json.dumps({"overrides": args.overrides, "written_by": provenance(),
+                                                  "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_before_after import ROOT, metric_rows, run_side
+from provenance import provenance
 
 # tasks no preset uses, at a difficulty where the base model is right 10-25% of the time
 # (greedy, 256 held-out problems; docs/benchmarks.md)
@@ -58,6 +58,8 @@ def one(task: str, seed: int, extra: list[str], runs_dir: Path) -> dict:
     h = rec["heldout"]
     return {"task.dataset": task, "task.difficulty": TASKS[task], "task.train_size": TRAIN_SIZE,
             "seed": seed, "overrides": extra, "heldout": h,
+            # the code this run ran (taken when it started; None in a record from before the field)
+            "commit": rec.get("commit"), "dirty": rec.get("dirty"),
             "top_answer_before": top_answer(runs_dir / name, "before"),
             "top_answer_after": top_answer(runs_dir / name, "after"),
             **per_step(runs_dir / name)}
@@ -77,11 +79,9 @@ def main() -> None:
     jobs = [(t, s) for s in args.seeds for t in args.tasks]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         runs = list(pool.map(lambda ts: one(ts[0], ts[1], args.overrides, runs_dir), jobs))
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True, check=False).stdout.strip()
     out = {"what": "the default job with only task.dataset, task.difficulty and task.train_size "
                    f"changed (train.threads=1, {args.jobs} runs side by side: no wall time)",
-           "code": commit, "runs": runs}
+           "written_by": provenance(ROOT), "runs": runs}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1))
     for r in runs:
