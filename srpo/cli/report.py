@@ -7,11 +7,17 @@ import sys
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from srpo.train.report import DiskFullError, ReportError, write_report
+    from pathlib import Path
+
+    from srpo.cli.destination import check_destination
+    from srpo.train.report import REPORT_FILE, DiskFullError, write_report
 
     try:
+        if Path(args.run_dir).is_dir() or args.out:  # a missing run is named as such below
+            check_destination(args.out or Path(args.run_dir) / REPORT_FILE,
+                              "--out" if args.out else "the report")
         path = write_report(args.run_dir, args.out)
-    except ReportError as e:  # a missing or damaged run directory: one line naming it
+    except ValueError as e:  # ReportError (a missing or damaged run), an unwritable destination
         print(f"srpo report: {e}", file=sys.stderr)
         return 2
     except DiskFullError as e:  # exit 1, as `srpo train` on a full disk: the run itself is fine

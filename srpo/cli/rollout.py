@@ -83,7 +83,10 @@ def rollout_command(args: argparse.Namespace) -> int:
     from srpo.rollout.records import write_jsonl
     from srpo.rollout.runner import rollout_metrics, workflow_error_line
 
+    from srpo.cli.destination import check_destination
+
     try:
+        check_destination(args.out)  # before any work: a file written only at the end
         cfg = load_config(args.config, args.overrides)
         build_workflow_from(cfg, args.workflow)  # fail on a bad name before loading anything
         tasks = load_tasks(cfg.task, split=args.split, limit=args.n)

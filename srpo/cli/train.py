@@ -19,7 +19,8 @@ def _resolve_config(path: str | None) -> Path:
     p = Path(path)
     if p.is_dir():
         if not (p / "config.yaml").is_file():
-            raise SystemExit(f"srpo: {p} is a directory without config.yaml (not a run directory)")
+            # the command's one line, exit status 2 (its caller's ValueError answer)
+            raise ValueError(f"{p} is a directory without config.yaml (not a run directory)")
         return p / "config.yaml"
     return p
 
@@ -143,10 +144,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from srpo.train.checkpoint import CheckpointError
     from srpo.build import build_rollout, load_tasks, task_pack
     from srpo.train.evaluate import evaluate, write_eval_json
+    from srpo.cli.destination import check_destination
 
     config, overrides = _split_args(args.config, args.overrides)
-    path = _resolve_config(config)
     try:
+        if args.out:  # before any work: the files are written at the end
+            check_destination(args.out)
+            check_destination(eval_episodes_path(args.out))
+        path = _resolve_config(config)
         cfg = load_config(path, overrides)
         if cfg.train.threads:  # the same CPU threads as training: same numbers as its evaluation
             import torch
@@ -260,9 +265,19 @@ def _load_export(folder: Path, device: str):
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from srpo.train.plots import plot_run
+    from srpo.cli.destination import check_destination
+    from srpo.train.plots import PLOTS_DIR, plot_run
 
-    for path in plot_run(Path(args.run_dir)):
+    run_dir = Path(args.run_dir)
+    try:
+        if not run_dir.is_dir():
+            raise FileNotFoundError(f"no run directory at {run_dir}")
+        check_destination(run_dir / PLOTS_DIR / "reward.png", "the plot")  # e.g. a read-only run
+        paths = plot_run(run_dir)
+    except (ValueError, FileNotFoundError) as e:  # no run or no log; a damaged line (named)
+        print(f"srpo plot: {e}", file=sys.stderr)
+        return 2
+    for path in paths:
         print(path)
     return 0
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import errno
 import os
 import types
 import typing
@@ -366,8 +367,17 @@ def _check_output_dir(output_dir: str) -> None:
         first = next(i for i, part in enumerate(parts) if "{time}" in part)
         path = Path(*parts[:first]) if first else Path(".")
     existing = path
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
+    try:
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+    except OSError as e:  # a name longer than the filesystem allows (300 characters), a link loop
+        longest = max(path.parts, key=len)
+        shown = output_dir if len(output_dir) <= 80 else output_dir[:60] + "..."
+        raise ConfigError(
+            f"output_dir {shown!r} cannot be a directory: {e.strerror or e}"
+            + (f" (a name of {len(os.fsencode(longest))} bytes; file systems allow at most 255)"
+               if e.errno == errno.ENAMETOOLONG else "")
+        ) from None
     if not existing.is_dir():
         where = "exists as a file" if existing == path else f"is under the file {str(existing)!r}"
         raise ConfigError(f"output_dir {output_dir!r} {where}: it must be a directory")

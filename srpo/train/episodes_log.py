@@ -205,7 +205,27 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
             rec = json.loads(line)
         except ValueError as e:
             raise ValueError(f"{path}: line {i + 1} is not valid JSON ({e})") from None
-        if not isinstance(rec, dict) or not isinstance(rec.get("transitions"), list):
-            raise ValueError(f"{path}: line {i + 1} is not an episode record")
+        if (problem := _episode_problem(rec)) is not None:
+            raise ValueError(f"{path}: line {i + 1} is not an episode record ({problem})")
         out.append(rec)
     return out
+
+
+def _episode_problem(rec: Any) -> str | None:
+    """What an episode line lacks of the shape `episode_records` writes (what its readers, the
+    report among them, index), or None."""
+    if not isinstance(rec, dict):
+        return f"a JSON {type(rec).__name__}, not an object"
+    if not isinstance(rec.get("task_id"), str):
+        return "no 'task_id'"
+    if "reward" not in rec or not (rec["reward"] is None or isinstance(rec["reward"], (int, float))):
+        return "no 'reward' number"
+    transitions = rec.get("transitions")
+    if not isinstance(transitions, list) or not all(
+        isinstance(t, dict) and isinstance(t.get("event"), str) and isinstance(t.get("members"), list)
+        and all(isinstance(m, dict) and isinstance(m.get("agent"), str) and isinstance(m.get("text"), str)
+                for m in t["members"])
+        for t in transitions
+    ):
+        return "no 'transitions' list, each with its 'event' and members with an 'agent' and a 'text'"
+    return None

@@ -50,13 +50,14 @@ def _decode(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def _parse(text: str, path: Path) -> tuple[list[dict[str, Any]], int]:
+def _parse(data: str | bytes, path: Path) -> tuple[list[dict[str, Any]], int]:
     """Records of a metrics file as stored, and the byte length of its complete lines.
 
     Every record is written with its newline in one write, so text after the last newline is a
-    line cut by a kill mid-write: it is left out with a warning. A bad complete line is
-    corruption and raises.
+    line cut by a kill mid-write: it is left out with a warning. A bad complete line (not JSON,
+    not a record, not UTF-8) is corruption and raises a ValueError naming the file and the line.
     """
+    text = _text(data, path)
     lines, tail = split_lines(text)  # "\n" only (srpo.jsonl)
     if tail:
         warnings.warn(
@@ -76,7 +77,35 @@ def _parse(text: str, path: Path) -> tuple[list[dict[str, Any]], int]:
         if not isinstance(record, dict) or not isinstance(record.get("step"), int):
             raise ValueError(f"{path}: line {i + 1} is not a metrics record: {line[:80]!r}")
         records.append(record)
-    return records, len(text.encode()) - len(tail.encode())
+    return records, len(text.encode(errors="surrogateescape")) - len(tail.encode(errors="surrogateescape"))
+
+
+def _text(data: str | bytes, path: Path) -> str:
+    """The file's bytes as text; a byte that is not UTF-8 (srpo writes UTF-8 only) is an error
+    naming the file and the line."""
+    if isinstance(data, str):
+        return data
+    end = data.rfind(b"\n") + 1  # a cut last line may end inside a character: kept as escapes
+    try:
+        return data[:end].decode() + data[end:].decode(errors="surrogateescape")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ValueError(
+            f"{path}: line {line} is not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start}): "
+            f"the file was altered or written by something else"
+        ) from None
+
+
+def check_metrics_file(run_dir: str | Path) -> None:
+    """Raise a ValueError naming the file and the line if a run's metrics log has a damaged
+    complete line (`resume=true` checks this before any work; a cut last line is fine). A
+    symbolic link there is left to the writer, which refuses it without reading it."""
+    path = _metrics_path(run_dir)
+    if path.is_file() and not path.is_symlink():
+        try:
+            _parse(path.read_bytes(), path)
+        except ValueError as e:
+            raise ValueError(f"{e}; delete or mend that line to resume") from None
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
@@ -87,7 +116,7 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     path = _metrics_path(run_dir)
     if not path.is_file():
         raise FileNotFoundError(f"no metrics log at {path}")
-    return [_decode(r) for r in _parse(path.read_text(), path)[0]]
+    return [_decode(r) for r in _parse(path.read_bytes(), path)[0]]
 
 
 def _as_float(key: str, value: Any) -> float:
@@ -149,7 +178,7 @@ class MetricsLogger:
         if os.path.lexists(self.path):
             with open_no_follow(self.path, "r+b") as f:
                 data = f.read()
-                records, good = _parse(data.decode(), self.path)
+                records, good = _parse(data, self.path)
                 if good < len(data):
                     f.truncate(good)
                     os.fsync(f.fileno())
@@ -222,7 +251,7 @@ class MetricsLogger:
         here leaves either the old or the new file. Returns the number of lines dropped.
         """
         self._file.close()
-        records, _ = _parse(self.path.read_text(), self.path)  # _open cut any partial line
+        records, _ = _parse(self.path.read_bytes(), self.path)  # _open cut any partial line
         redone = logged_after_checkpoint or (lambda record: False)
         kept = [r for r in records if r["step"] < step or (r["step"] == step and not redone(_decode(dict(r))))]
         atomic_write_text(self.path, "".join(dumps_line(r) for r in kept))

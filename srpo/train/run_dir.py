@@ -47,7 +47,9 @@ from srpo.config.errors import ConfigError
 from srpo.config.yaml_reader import load_yaml, read_config_text
 from srpo.disk import atomic_write_text, no_follow_opener, refuse_symlink
 from srpo.train.checkpoint import (
+    STATE_FILE,
     CheckpointError,
+    CorruptCheckpointError,
     corrupt_checkpoint_message,
     latest_checkpoint,
     verify_checkpoint,
@@ -81,6 +83,9 @@ class RunLock:
         created = not run_dir.exists()
         run_dir.mkdir(parents=True, exist_ok=True)
         path = run_dir / LOCK_FILE
+        if path.is_dir() and not path.is_symlink():
+            raise ValueError(f"{path} is a directory, where a run keeps its lock file: srpo did not "
+                             f"make it; remove it (rmdir) or choose another output_dir")
         while True:
             # never through a link: it would truncate and overwrite the link's target with our pid
             fd = no_follow_opener(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -227,11 +232,15 @@ def resume_checkpoint(run_dir: Path, *, resume: bool, fingerprint: str, resumabl
                 f"choose another output_dir"
             )
         return None
+    from srpo.train.metrics_log import check_metrics_file
+
+    check_metrics_file(run_dir)  # a damaged line, refused before any work (not when appending)
     ckpt = latest_checkpoint(run_dir)
     if ckpt is None:
         return None
     try:
         meta = verify_checkpoint(ckpt)
+        _check_data_state(ckpt, meta["data_state"])
     except CheckpointError as e:
         raise CheckpointError(corrupt_checkpoint_message(ckpt, e)) from None
     if meta.get("config_fingerprint") != fingerprint:
@@ -241,6 +250,16 @@ def resume_checkpoint(run_dir: Path, *, resume: bool, fingerprint: str, resumabl
             f"only {', '.join(resumable_fields)} may change when resuming"
         )
     return ckpt
+
+
+def _check_data_state(ckpt: Path, data_state: dict[str, Any]) -> None:
+    """The trainer's data position in a checkpoint's marker (what `Trainer._state` saves)."""
+    step = data_state.get("next_step")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise CorruptCheckpointError(
+            f"{ckpt / STATE_FILE} is not a marker srpo wrote (its 'data_state' has no "
+            f"'next_step' step number): it was altered or written by something else"
+        )
 
 
 def _differences_line(run_dir: Path, config: dict[str, Any] | None, skip: tuple[str, ...]) -> str:

@@ -129,12 +129,55 @@ def _read_marker(ckpt: Path) -> dict[str, Any]:
         meta = json.loads((ckpt / STATE_FILE).read_text())
     except (OSError, ValueError) as e:
         raise CorruptCheckpointError(f"{ckpt / STATE_FILE} cannot be read: {e}") from None
+    if not isinstance(meta, dict):
+        raise CorruptCheckpointError(
+            f"{ckpt / STATE_FILE} holds a JSON {type(meta).__name__}, not the object srpo writes: "
+            f"it was altered or written by something else"
+        )
     if meta.get("format") != FORMAT_VERSION:
         raise CheckpointError(
             f"{ckpt / STATE_FILE} has format {meta.get('format')!r}; this srpo reads format "
             f"{FORMAT_VERSION}"
         )
+    _check_marker(ckpt / STATE_FILE, meta)
     return meta
+
+
+def _check_marker(path: Path, meta: Mapping[str, Any]) -> None:
+    """The marker's shape, every field loading reads (save.py writes them all), so a marker
+    that is JSON but not srpo's (`[1,2,3]`, no `step`, `"step": "two"`) is refused in one line
+    naming the file and the field, not a KeyError deep in loading."""
+    def entries(key: str, fields: Mapping[str, tuple[type, ...]]) -> str | None:
+        value = meta.get(key)
+        if not isinstance(value, dict):
+            return f"'{key}' is not a mapping"
+        for name, entry in value.items():
+            if not isinstance(entry, dict):
+                return f"'{key}' entry {name!r} is not a mapping"
+            for field, types in fields.items():
+                if not isinstance(entry.get(field), types):
+                    return f"'{key}' entry {name!r} has no valid {field!r}"
+        return None
+
+    step = meta.get("step")
+    problem = (
+        "'step' is not a step number" if not isinstance(step, int) or isinstance(step, bool) or step < 0
+        else "'data_state' is not a mapping" if not isinstance(meta.get("data_state"), dict)
+        else "'config_fingerprint' is not a string" if not isinstance(meta.get("config_fingerprint"), str)
+        else "'srpo_version' is not a string" if not isinstance(meta.get("srpo_version"), str)
+        else "'files' is not a mapping" if not isinstance(meta.get("files"), dict)
+        else entries("policies", {"file": (str,), "kind": (str,)})
+        or entries("optimizers", {"file": (str,), "scheduler": (bool,)})
+    )
+    if problem is None:
+        lora = [n for n, e in meta["policies"].items() if e["kind"] == "lora"
+                and not (isinstance(e.get("adapters"), list) and all(isinstance(a, str) for a in e["adapters"]))]
+        problem = f"'policies' entry {lora[0]!r} has no valid 'adapters'" if lora else None
+    if problem is not None:
+        raise CorruptCheckpointError(
+            f"{path} is not a marker srpo wrote ({problem}): it was altered or written by "
+            f"something else"
+        )
 
 
 def _check_names(what: str, ckpt: Path, expected: set[str], saved: set[str]) -> None:

@@ -39,6 +39,25 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
+def _eval_record(path: Path) -> dict[str, Any]:
+    """RUN/eval/<label>.json, its shape checked (what srpo.train.evaluate writes): `task_ids`
+    (text) and `correct` (true / false) of one length, `step` a number or absent; a file of
+    another shape is a ReportError naming it and the field, not a KeyError later."""
+    data = _read_json(path)
+    ids, correct, step = data.get("task_ids"), data.get("correct"), data.get("step")
+    problem = (
+        "no 'task_ids' list of task ids" if not isinstance(ids, list) or not all(isinstance(t, str) for t in ids)
+        else "no 'correct' list of true / false" if not isinstance(correct, list)
+        or not all(isinstance(c, (bool, int)) for c in correct)
+        else f"'correct' has {len(correct)} entries for {len(ids)} task ids" if len(correct) != len(ids)
+        else "'step' is not a step number" if step is not None and (not isinstance(step, int) or isinstance(step, bool))
+        else None
+    )
+    if problem is not None:
+        raise ReportError(f"{path} is not an evaluation file srpo wrote ({problem})")
+    return data
+
+
 def _config(run: Path) -> dict[str, Any]:
     path = run / "config.yaml"
     if not path.is_file():
@@ -91,12 +110,12 @@ def _eval_episodes(run: Path, label: str) -> dict[str, dict[str, Any]]:
 def _evaluation(run: Path) -> dict[str, Any]:
     """Before / after accuracy, the paired test, and per problem the answers of both."""
     files = {p.stem: p for p in sorted((run / "eval").glob("*.json"))}
-    evals = {name: _read_json(p) for name, p in files.items()}
+    evals = {name: _eval_record(p) for name, p in files.items()}
     # in run order: before, step-N by step, after
     order = {n: (n != "before", n == "after", e.get("step") or 0) for n, e in evals.items()}
     evals = dict(sorted(evals.items(), key=lambda item: order[item[0]]))
     out: dict[str, Any] = {"runs": [
-        {k: e.get(k) for k in ("label", "step", "workflow", "n", "accuracy", "ci_low", "ci_high", "per_agent")}
+        {k: _finite(e.get(k)) for k in ("label", "step", "workflow", "n", "accuracy", "ci_low", "ci_high", "per_agent")}
         | {"name": name} for name, e in evals.items()]}
     before, after = evals.get("before"), evals.get("after")
     if not (before and after):
