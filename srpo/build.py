@@ -266,5 +266,7 @@ def build_rollout(cfg: Config, *, workflow: str | None = None,
     runner = RolloutRunner(agents, backend, pack.make_reward(cfg.task), seed=cfg.seed,
                            answer_key=pack.answer_key,
                            overlong_penalty=cfg.train.overlong_penalty,
-                           cut_answers=cfg.train.cut_answers)
+                           cut_answers=cfg.train.cut_answers,
+                           unconsumed=cfg.train.unconsumed,
+                           unconsumed_reward=cfg.train.unconsumed_reward)
     return runner, wf

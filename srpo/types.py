@@ -97,9 +97,13 @@ class ActiveSet:
     event: the transition's type / step in the workflow, e.g. "solve", "aggregate",
         "debate/round-2"; the optional refinement of the advantage group key.
     task_id: the task this episode works on (the default advantage group key).
-    turn: index of this transition within its episode (0-based).
+    turn: index of this transition within its episode (0-based); the singletons of the outputs
+        a transition did not read share its turn.
     reward: the return credited to this transition; None means "the episode's outcome reward"
         (filled in by `Episode.set_returns`).
+    unconsumed_from: None for a set a transition consumed; for a singleton holding an output
+        that the transition of this event did not read (srpo.workflows.base, "unread"), that
+        event. Such a set's event is "<event>:unconsumed" and its reward is set.
     """
 
     members: tuple[Member, ...]
@@ -107,11 +111,20 @@ class ActiveSet:
     task_id: str
     turn: int = 0
     reward: float | None = None
+    unconsumed_from: str | None = None
 
     def __post_init__(self) -> None:
         self.members = tuple(self.members)
         if not self.members:
             raise ValueError(f"ActiveSet(event={self.event!r}, task={self.task_id!r}) has no member")
+        if self.unconsumed_from is not None and (len(self.members) != 1 or self.reward is None):
+            raise ValueError(f"ActiveSet(event={self.event!r}, task={self.task_id!r}): an unconsumed "
+                             f"output's set holds exactly that output and has its own reward")
+
+    @property
+    def consumed(self) -> bool:
+        """False for the singleton of an output its transition did not read."""
+        return self.unconsumed_from is None
 
     @property
     def size(self) -> int:

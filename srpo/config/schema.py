@@ -28,6 +28,7 @@ from srpo.packs import get_pack
 from srpo.rollout.agents import SamplingParams
 from srpo.rollout.engines import get_engine, known_engine_names
 from srpo.rollout.runner import CUT_ANSWERS
+from srpo.workflows.base import UNCONSUMED
 from srpo.types import check_template
 
 
@@ -459,6 +460,12 @@ class TrainConfig(_Section):
     # text) or "none" (it states no answer: majority votes leave it out and it is scored as
     # the empty text; srpo.rollout.runner). Held-out evaluation always scores cut outputs
     cut_answers: str = "score"
+    # what becomes of an output a transition did not read (a cut answer the vote left out under
+    # cut_answers: none): "singleton" trains it as a set of its own, credited unconsumed_reward,
+    # so it never shares the set's advantage (docs/algorithms.md, "Consumed sets"); "in_set"
+    # keeps it in the set it was produced for (the ablation: srpo before consumed sets)
+    unconsumed: str = "singleton"
+    unconsumed_reward: Float = 0.0
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -480,6 +487,9 @@ class TrainConfig(_Section):
             raise ConfigError(f"train.tis_cap must be 0 (off) or >= 1 (the largest importance "
                               f"weight kept), got {self.tis_cap}")
         one_of("train.cut_answers", self.cut_answers, CUT_ANSWERS)
+        one_of("train.unconsumed", self.unconsumed, UNCONSUMED)
+        if not math.isfinite(self.unconsumed_reward):
+            raise ConfigError(f"train.unconsumed_reward must be finite, got {self.unconsumed_reward}")
         if not math.isfinite(self.overlong_penalty):
             raise ConfigError(f"train.overlong_penalty must be finite, got {self.overlong_penalty}")
         for key in ("weight_decay", "grad_clip", "kl_beta", "entropy_alpha", "warmup_steps",

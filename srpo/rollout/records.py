@@ -14,8 +14,10 @@ from srpo.types import Episode
 def episode_to_dict(ep: Episode, *, with_ids: bool = False) -> dict[str, Any]:
     """{"task_id", "workflow", "reward", "reward_components", "gold", "metadata",
     "transitions": [{"event", "turn", "size", "return", "members": [{"agent", "policy", "text",
-    "num_tokens", "num_trained_tokens", "stop_reason"}]}]}; members are the active set the
-    transition consumed. with_ids adds prompt_ids / response_ids / loss_mask per member."""
+    "num_tokens", "num_trained_tokens", "stop_reason"}], "unconsumed_from"?}]}; members are the
+    active set the transition consumed; a singleton of an output its transition did not read
+    also has "unconsumed_from" (that transition's event). with_ids adds prompt_ids /
+    response_ids / loss_mask per member."""
     transitions = []
     for aset, ret in zip(ep.transitions, ep.set_returns()):
         members = []
@@ -32,10 +34,11 @@ def episode_to_dict(ep: Episode, *, with_ids: bool = False) -> dict[str, Any]:
                 rec.update(prompt_ids=m.prompt_ids, response_ids=m.response_ids,
                            loss_mask=m.loss_mask)
             members.append(rec)
-        transitions.append(
-            {"event": aset.event, "turn": aset.turn, "size": aset.size, "return": ret,
-             "members": members}
-        )
+        record = {"event": aset.event, "turn": aset.turn, "size": aset.size, "return": ret,
+                  "members": members}
+        if not aset.consumed:
+            record["unconsumed_from"] = aset.unconsumed_from
+        transitions.append(record)
     return {
         "task_id": ep.task.task_id,
         "workflow": ep.workflow,

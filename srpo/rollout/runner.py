@@ -33,6 +33,7 @@ from srpo.workflows.base import (
     Continue,
     EpisodeContext,
     Output,
+    UNCONSUMED,
     Request,
     Workflow,
     normalize_reward,
@@ -160,6 +161,11 @@ class RolloutRunner:
         is read and scored like any other; "none": it states no answer (Output.no_answer:
         majority votes leave it out, ctx.score scores it as ""). A training setting
         (train.cut_answers); evaluation runners score cut outputs.
+    unconsumed, unconsumed_reward: what becomes of an output a transition names as not read
+        (`ctx.transition(..., unread=...)`: a cut answer a vote leaves out): "singleton"
+        (default) trains it as a set of its own credited `unconsumed_reward` (default 0);
+        "in_set" keeps it in the transition's set (the ablation). train.unconsumed,
+        train.unconsumed_reward (srpo.workflows.base).
     """
 
     def __init__(
@@ -172,6 +178,8 @@ class RolloutRunner:
         answer_key: Callable[[str], str | None] | None = None,
         overlong_penalty: float = 0.0,
         cut_answers: str = "score",
+        unconsumed: str = "singleton",
+        unconsumed_reward: float = 0.0,
     ):
         if not isinstance(agents, Mapping):
             agents = {a.name: a for a in agents}
@@ -188,6 +196,12 @@ class RolloutRunner:
         if cut_answers not in CUT_ANSWERS:
             raise ValueError(f"cut_answers must be one of {list(CUT_ANSWERS)}, got {cut_answers!r}")
         self.cut_answers = cut_answers
+        if unconsumed not in UNCONSUMED:
+            raise ValueError(f"unconsumed must be one of {list(UNCONSUMED)}, got {unconsumed!r}")
+        if isinstance(unconsumed_reward, bool) or not isinstance(unconsumed_reward, (int, float)) \
+                or not math.isfinite(unconsumed_reward):
+            raise ValueError(f"unconsumed_reward must be a finite number, got {unconsumed_reward!r}")
+        self.unconsumed, self.unconsumed_reward = unconsumed, float(unconsumed_reward)
 
     # ------------------------------------------------------------------ tokenization
 
@@ -278,7 +292,8 @@ class RolloutRunner:
         plain callables (a workflow never sees the runner)."""
         return EpisodeContext(task, workflow_name, rollout_index=rollout_index, seed=self.seed,
                               reward_fn=self.reward_fn, tokenize=self.tokenize_text,
-                              answer_key=self.answer_key)
+                              answer_key=self.answer_key, unconsumed=self.unconsumed,
+                              unconsumed_reward=self.unconsumed_reward)
 
     def _where(self, lv: _Live) -> str:
         c = lv.ctx
@@ -418,7 +433,7 @@ class RolloutRunner:
                 raise ValueError(
                     f"{where}: the output #{out.index} of agent {out.agent!r} was never consumed "
                     f"by a transition; every generated output must be consumed by exactly one "
-                    f"ctx.transition(...)"
+                    f"ctx.transition(...), or named in its unread=[...] when it did not read it"
                 )
         if not ctx.transitions:
             raise ValueError(f"{where}: the episode recorded no transition")
@@ -452,7 +467,9 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     event/<key>: sets per event key; workflow/<name>: episodes per workflow;
     tokens/generated: trained (loss_mask 1) tokens; length/<agent>: mean response length;
     stop/length: share of members cut by the token budget; members/empty: members whose
-    response is only the eos token; episode/<key>: the mean of a number the workflow recorded in
+    response is only the eos token; members/unconsumed_share: the share of outputs no
+    transition read (singletons of `unread` outputs), and members/unconsumed_share/<event>
+    the same for the outputs produced for each event's transitions (read or not); episode/<key>: the mean of a number the workflow recorded in
     episode metadata (e.g. episode/route_invalid, the share of unparsable router outputs).
     """
     out: dict[str, float] = {"episodes": float(len(episodes))}
@@ -471,10 +488,15 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     events: Counter = Counter()
     lengths: dict[str, list[int]] = {}
     members = stopped_by_length = empty = generated = 0
+    produced: Counter = Counter()  # outputs of each event's transitions, read or not
+    unread: Counter = Counter()
     for e in episodes:
         for s in e.transitions:
             sizes[s.size] += 1
             events[s.event] += 1
+            source = s.event if s.consumed else s.unconsumed_from
+            produced[source] += s.size
+            unread[source] += 0 if s.consumed else s.size
             for m in s.members:
                 members += 1
                 generated += m.num_trained_tokens
@@ -487,6 +509,9 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     out["members/count"] = float(members)
     out["members/empty"] = float(empty)
     out["stop/length"] = stopped_by_length / members if members else 0.0
+    out["members/unconsumed_share"] = sum(unread.values()) / members if members else 0.0
+    for k in sorted(produced):
+        out[f"members/unconsumed_share/{k}"] = unread[k] / produced[k]
     out["tokens/generated"] = float(generated)
     for k in sorted(events):
         out[f"event/{k}"] = float(events[k])

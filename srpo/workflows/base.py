@@ -11,9 +11,19 @@ A workflow is an object with `name`, `description`, `agents` (the roles it may a
         ctx.transition("solve", outs)          # one multi-agent action, |S| = len(outs)
   * returns the episode's reward components (usually `ctx.score(final_output)`).
 
-Every generated output must be consumed by exactly one transition; an output consumed twice or
-never is an error naming the workflow and the agent. That is what makes each recorded
-`ActiveSet` the true multi-agent action that SRPO updates as a unit.
+Every generated output must be accounted for by exactly one transition: consumed by it, or
+named as one it did not read; an output listed twice or never is an error naming the workflow
+and the agent. That is what makes each recorded `ActiveSet` the true multi-agent action that
+SRPO updates as a unit. An output the transition did not read (a cut answer a vote leaves out,
+a query that was not run) is not a member of its set:
+
+        ctx.transition("vote", voters, unread=cut)   # the set is `voters`; each cut output is
+                                                     # its own singleton ("vote:unconsumed")
+
+An unread output is still trained (it was sampled from the policy), as a set of its own in the
+event "<event>:unconsumed" with the run's unconsumed reward (train.unconsumed_reward, default
+0: what an output that states nothing scores), so it never shares the set's advantage
+(docs/algorithms.md, "Consumed sets").
 
 Tools and multi-turn agents: any Python code may run between yields (call a retriever, a
 calculator...). `ctx.observe(out, text)` appends observation tokens to an output's response
@@ -34,8 +44,9 @@ from typing import Any, Callable, Protocol, Union, runtime_checkable
 
 from srpo.types import ActiveSet, Member, Message, Task, check_template
 
-__all__ = ["Continue", "EpisodeContext", "GenericRoles", "Message", "Output", "Request",
-           "RewardFailure", "Workflow", "WorkflowRun", "check_template", "normalize_reward"]
+__all__ = ["UNCONSUMED", "Continue", "EpisodeContext", "GenericRoles", "Message", "Output", "Request",
+           "RewardFailure", "Workflow", "WorkflowRun", "check_template", "normalize_reward",
+           "unconsumed_event"]
 
 # What an episode context is given (plain callables: a workflow never sees the runner).
 ScoreFn = Callable[[Task, str], Any]  # (task, final answer text) -> reward result
@@ -155,6 +166,10 @@ class EpisodeContext:
     task: the task; rollout_index: g in 0..G-1 within the task's group; seed: the run seed.
     rng: a random.Random private to this episode (deterministic in seed, task, rollout).
     metadata: free-form dict copied into Episode.metadata (counts, parse failures, routes...).
+    unconsumed: what `transition(..., unread=...)` does with the outputs a transition did not
+        read: "singleton" (default; each is its own set in the event "<event>:unconsumed",
+        credited `unconsumed_reward`) or "in_set" (they join the transition's set, as before
+        consumed sets existed: an ablation, train.unconsumed).
     workflow_name: the name recorded on the episode (a mixed workflow sets its pick's name).
     reward_fn: (task, answer text) -> reward result; what `score` calls.
     tokenize: (policy, text) -> ids without special-token additions; what `observe` calls.
@@ -163,7 +178,14 @@ class EpisodeContext:
     """
 
     def __init__(self, task: Task, workflow_name: str, *, rollout_index: int, seed: int,
-                 reward_fn: ScoreFn, tokenize: TokenizeFn, answer_key: AnswerKey | None = None):
+                 reward_fn: ScoreFn, tokenize: TokenizeFn, answer_key: AnswerKey | None = None,
+                 unconsumed: str = "singleton", unconsumed_reward: float = 0.0):
+        if unconsumed not in UNCONSUMED:
+            raise ValueError(f"unconsumed must be one of {list(UNCONSUMED)}, got {unconsumed!r}")
+        if not math.isfinite(unconsumed_reward):
+            raise ValueError(f"unconsumed_reward must be finite, got {unconsumed_reward!r}")
+        self.unconsumed = unconsumed
+        self.unconsumed_reward = float(unconsumed_reward)
         self.task = task
         self.workflow_name = workflow_name
         self.rollout_index = rollout_index
@@ -179,22 +201,32 @@ class EpisodeContext:
     # ------------------------------------------------------------------ transitions
 
     def transition(
-        self, event: str, consumed: Sequence[Output], *, reward: float | None = None
-    ) -> ActiveSet:
+        self, event: str, consumed: Sequence[Output], *, reward: float | None = None,
+        unread: Sequence[Output] = (),
+    ) -> ActiveSet | None:
         """Record one state transition and the outputs it consumed (its active set).
 
         event: the transition's type, e.g. "solve", "aggregate", "round-2" (advantage grouping
             may refine the task key with it). reward: a return credited to this transition
             only; None = the episode's outcome reward (the default for every built-in).
+        unread: outputs produced for this transition that it did not read (a cut answer left
+            out of a vote, a query that was not run). They are not members of its set: each
+            becomes a singleton set of its own in the event "<event>:unconsumed", credited the
+            run's unconsumed reward (module doc). `consumed` may then be empty (a vote that
+            read nothing); the transition records no set of its own, and None is returned.
+        Returns the consumed set.
         """
         where = f"workflow {self.workflow_name!r}, task {self.task.task_id!r}, event {event!r}"
         if not isinstance(event, str) or not event:
             raise ValueError(f"{where}: event must be a non-empty string")
-        consumed = list(consumed)
-        if not consumed:
+        consumed, unread = list(consumed), list(unread)
+        if self.unconsumed == "in_set" and unread:  # the ablation: the set holds them too, in
+            # the order they were generated (as a workflow listed them before consumed sets)
+            consumed, unread = sorted([*consumed, *unread], key=lambda o: o.index), []
+        if not consumed and not unread:
             raise ValueError(f"{where}: a transition must consume at least one output")
         seen: set[int] = set()
-        for out in consumed:
+        for out in [*consumed, *unread]:
             if not isinstance(out, Output) or all(out is not o for o in self.outputs):
                 raise ValueError(
                     f"{where}: consumed {out!r}, which is not an output of this episode"
@@ -209,16 +241,28 @@ class EpisodeContext:
                 )
         if reward is not None and not math.isfinite(reward):
             raise ValueError(f"{where}: transition reward must be finite, got {reward!r}")
-        for out in consumed:
-            out.consumed_by = event
-        aset = ActiveSet(
-            members=tuple(o.to_member() for o in consumed),
-            event=event,
-            task_id=self.task.task_id,
-            turn=len(self.transitions),
-            reward=reward,
-        )
-        self.transitions.append(aset)
+        aset, turn = None, len(self.transitions)  # a transition's singletons share its turn
+        if consumed:
+            for out in consumed:
+                out.consumed_by = event
+            aset = ActiveSet(
+                members=tuple(o.to_member() for o in consumed),
+                event=event,
+                task_id=self.task.task_id,
+                turn=turn,
+                reward=reward,
+            )
+            self.transitions.append(aset)
+        for out in unread:
+            out.consumed_by = unconsumed_event(event)
+            self.transitions.append(ActiveSet(
+                members=(out.to_member(),),
+                event=out.consumed_by,
+                task_id=self.task.task_id,
+                turn=turn,
+                reward=self.unconsumed_reward,
+                unconsumed_from=event,
+            ))
         return aset
 
     # ------------------------------------------------------------------ rewards
@@ -291,6 +335,14 @@ class Workflow(Protocol):
         ...
 
     def run(self, task: Task, ctx: EpisodeContext) -> WorkflowRun: ...
+
+
+UNCONSUMED = ("singleton", "in_set")  # EpisodeContext's unconsumed (train.unconsumed)
+
+
+def unconsumed_event(event: str) -> str:
+    """The event of the singleton sets of outputs that `event`'s transition did not read."""
+    return f"{event}:unconsumed"
 
 
 def _whole_text_answer(text: str) -> str | None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from srpo.types import Task
 from srpo.workflows.base import GenericRoles, EpisodeContext, Request, WorkflowRun, check_template
 from srpo.workflows.parallel import numbered
-from srpo.workflows.voting import majority
+from srpo.workflows.voting import majority, split_voters
 
 ROUTE_PROMPT = (
     "Problem: {question}\n\nAvailable experts:\n{experts}\n\nChoose between {min} and {max} "
@@ -156,11 +156,14 @@ class Routed(GenericRoles):
             ctx.metadata["route_error"] = str(e)
         ctx.metadata["route"] = chosen
         answers = yield [Request(e, self.expert_prompt.format(question=q)) for e in chosen]
-        ctx.transition("experts", answers)
         if self.aggregator is None:
+            # the vote reads the answers that state one; a cut answer is not consumed by it
+            voters, unread = split_voters(answers)
+            ctx.transition("experts", voters, unread=unread)
             final, votes = majority(answers, ctx.answer_key)
             ctx.metadata["votes"] = votes
-        else:
+        else:  # the aggregator reads every expert's text, cut or not
+            ctx.transition("experts", answers)
             final = yield Request(
                 self.aggregator,
                 self.aggregate_prompt.format(question=q,

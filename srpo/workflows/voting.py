@@ -32,3 +32,12 @@ def majority(outputs: Sequence[Output], key: AnswerKey) -> tuple[Output, int]:
     best = max(counts.values())
     winner = next(k for k in keys if k is not None and counts[k] == best)
     return outputs[keys.index(winner)], best
+
+
+def split_voters(outputs: Sequence[Output]) -> tuple[list[Output], list[Output]]:
+    """(the outputs a majority vote reads, those it does not): an output marked `no_answer`
+    (cut by the token budget under train.cut_answers: none) states no answer, so the vote
+    does not consume it; a workflow passes the second list as `unread` to ctx.transition.
+    An output whose text states no answer the key can read is still read (the vote looked at
+    it and found nothing), so it stays a voter."""
+    return [o for o in outputs if not o.no_answer], [o for o in outputs if o.no_answer]

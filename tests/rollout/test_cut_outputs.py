@@ -125,8 +125,13 @@ def test_cut_outputs_do_not_vote_and_score_as_no_answer(tok):  # noqa: F811
     # "none": only the debater votes; boxed 5 is wrong but formatted: 0.0 + 0.1
     assert ep.metadata["votes"] == 1 and ep.metadata["extracted_answer"] == "5"
     assert ep.reward_components == pytest.approx({"correct": 0.0, "format": 0.1})
-    # the trained members keep what was generated
-    assert ep.transitions[0].members[0].text == LONG[:16]
+    # the vote read the debater only: the set is {debater}; each cut checker is a singleton of
+    # its own, credited the unconsumed reward (0), and keeps what it generated
+    sets = [(s.event, s.agents, s.reward) for s in ep.transitions]
+    assert sets == [("round-1", ("debater",), None), ("round-1:unconsumed", ("checker",), 0.0),
+                    ("round-1:unconsumed", ("checker",), 0.0)]
+    assert ep.transitions[1].members[0].text == LONG[:16]
+    assert ep.set_returns() == pytest.approx([0.1, 0.0, 0.0])
 
 
 def test_all_cut_scores_nothing(tok):  # noqa: F811
@@ -139,7 +144,14 @@ def test_all_cut_scores_nothing(tok):  # noqa: F811
     wf = build_workflow("debate", {"debaters": ["checker", "debater", "debater"], "rounds": 1,
                                    "credit": "debaters"})
     ep = runner.run(make_tasks(1), wf).episodes[0]
-    assert ep.transitions[0].reward == pytest.approx((0.0 + 0.1 + 0.1) / 3)
+    # the set is the two debaters the vote read: (0.1 + 0.1) / 2; the cut checker is a singleton
+    assert ep.transitions[0].agents == ("debater", "debater")
+    assert ep.transitions[0].reward == pytest.approx((0.1 + 0.1) / 2)
+    assert [(s.agents, s.reward) for s in ep.transitions[1:]] == [(("checker",), 0.0)]
+    # every member cut: the vote read nothing, so the episode has the 3 singletons only
+    wf = build_workflow("debate", {"debaters": ["checker"] * 3, "rounds": 1, "credit": "debaters"})
+    ep = runner.run(make_tasks(1), wf).episodes[0]
+    assert [(s.size, s.unconsumed_from) for s in ep.transitions] == [(1, "round-1")] * 3
 
 
 class CutThenFinish:
@@ -184,3 +196,27 @@ def test_cut_answers_setting_is_checked_and_kept_out_of_evaluation():
     assert build_rollout(load_config(SMOKE))[0].cut_answers == "score"
     with pytest.raises(ValueError, match="cut_answers must be one of"):
         type(runner)(runner.agents, runner.backend, runner.reward_fn, cut_answers="drop")
+
+
+def test_own_credit_gives_each_answer_its_own_set_and_reward(tok):  # noqa: F811
+    """debate credit "own" (per-output credit): each read answer is a set of 1 credited its own
+    reward; the cut one is a singleton credited the unconsumed reward; the episode keeps the vote."""
+    wf = build_workflow("debate", {"debaters": ["checker", "debater", "debater"], "rounds": 1,
+                                   "credit": "own"})
+    runner, _ = scripted_runner(tok, wrong_debater, max_new_tokens=16, cut_answers="none")
+    ep = runner.run(make_tasks(1), wf).episodes[0]
+    # checker cut (unread, 0); each debater's boxed 5 is wrong but formatted: 0.0 + 0.1
+    assert [(s.event, s.agents, s.reward) for s in ep.transitions] == [
+        ("round-1:unconsumed", ("checker",), 0.0), ("round-1", ("debater",), pytest.approx(0.1)),
+        ("round-1", ("debater",), pytest.approx(0.1))]
+    assert ep.reward == pytest.approx(0.1)  # the vote of the two debaters
+    # in_set: the cut answer is a set of its own too, credited its own reward (that of "": 0)
+    runner.unconsumed = "in_set"
+    ep = runner.run(make_tasks(1), wf).episodes[0]
+    assert [(s.event, s.agents, s.reward) for s in ep.transitions] == [
+        ("round-1", ("checker",), 0.0), ("round-1", ("debater",), pytest.approx(0.1)),
+        ("round-1", ("debater",), pytest.approx(0.1))]
+    # two rounds: round 1's answers are each a set too (all read by round 2)
+    wf = build_workflow("debate", {"debaters": ["debater", "debater"], "rounds": 2, "credit": "own"})
+    ep = runner.run(make_tasks(1), wf).episodes[0]
+    assert [(s.event, s.size) for s in ep.transitions] == [("round-1", 1)] * 2 + [("round-2", 1)] * 2

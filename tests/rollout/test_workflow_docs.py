@@ -77,7 +77,9 @@ def _doc_blocks(lang: str) -> list[str]:
 
 def test_the_docs_agent_config_and_its_scripted_test_run(tmp_path, critic_loop_file, monkeypatch):
     """The docs' config (a new role, `critic`) and the test they tell users to copy, verbatim."""
-    (config,), (user_test,) = _doc_blocks("yaml"), _doc_blocks("python")
+    (config,) = _doc_blocks("yaml")
+    # the test to copy is the section's Python block that defines tests (others are snippets)
+    (user_test,) = [b for b in _doc_blocks("python") if "\ndef test_" in "\n" + b]
     monkeypatch.chdir(tmp_path)  # the config names critic_loop.py relative to here
     (tmp_path / "critic_loop.yaml").write_text(config)
     namespace: dict = {}

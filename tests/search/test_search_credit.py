@@ -102,9 +102,13 @@ def test_query_sets_get_their_retrievals_credit_and_reads_keep_the_outcome():
     late, _, env = episode(LATE, RETRIEVAL)
     assert env.retriever.calls == [["Ilsa Marr born", "Kessel copper"]]  # round 1 ran nothing
     assert late.metadata["search_invalid"] == 2
-    assert [s.reward for s in late.transitions] == [0.0, None, 1.0, None]
+    # round 1 ran no query: neither writer was consumed; each is a singleton credited the
+    # unconsumed reward (0), and no "query-1" set exists
+    assert [(s.event, s.size, s.reward) for s in late.transitions] == [
+        ("query-1:unconsumed", 1, 0.0), ("query-1:unconsumed", 1, 0.0), ("read-1", 1, None),
+        ("query-2", 2, 1.0), ("read-2", 1, None)]
     assert late.reward == pytest.approx(0.1)  # wrong answer, well formatted
-    assert late.set_returns() == pytest.approx([0.0, 0.1, 1.0, 0.1])
+    assert late.set_returns() == pytest.approx([0.0, 0.0, 0.1, 1.0, 0.1])
     assert late.metadata["retrieval_credit_total"] == 1.0 == late.metadata["recall_at_k"]
 
     m = rollout_metrics([found, late])
@@ -116,7 +120,7 @@ def test_hit_weight_credits_any_supporting_hit():
     found, _, _ = episode(FOUND, {**RETRIEVAL, "credit_hit_weight": 0.25})
     assert [s.reward for s in found.transitions] == [0.625, None, 0.25, None]
     late, _, _ = episode(LATE, {**RETRIEVAL, "credit_hit_weight": 0.25})
-    assert [s.reward for s in late.transitions] == [0.0, None, 1.0, None]
+    assert [s.reward for s in late.transitions] == [0.0, 0.0, None, 1.0, None]
     assert late.metadata["retrieval_credit_total"] == 1.0
 
 
@@ -136,8 +140,12 @@ def test_default_credit_is_the_episode_outcome_and_nothing_else_changes():
     for respond in (FOUND, LATE):
         default, _, _ = episode(respond)
         credited, _, _ = episode(respond, RETRIEVAL)
-        assert [s.reward for s in default.transitions] == [None] * 4
-        assert default.set_returns() == [default.reward] * 4
+        # every consumed set gets the outcome; LATE's two invalid round-1 writers were not
+        # consumed (singletons credited the unconsumed reward, 0)
+        consumed = [s.consumed for s in default.transitions]
+        assert consumed == ([True] * 4 if respond is FOUND else [False, False, True, True, True])
+        assert [s.reward for s in default.transitions] == [None if c else 0.0 for c in consumed]
+        assert default.set_returns() == [default.reward if c else 0.0 for c in consumed]
         assert not any(k.startswith("retrieval_credit") for k in default.metadata)
         # the same episode otherwise: outcome, components, members, other metadata
         assert (default.reward, default.reward_components) == (credited.reward,
@@ -172,24 +180,27 @@ def _advantages(credit):
     """SRPO's and MAGRPO's per-set advantages for the two episodes as one task's group."""
     eps = [episode(FOUND, {"credit": credit})[0], episode(LATE, {"credit": credit})[0]]
     batch = build_flat_batch(eps, pad_token_id=TOK.pad_token_id)
-    assert batch.set_event == ("query-1", "read-1", "query-2", "read-2") * 2
+    # LATE's round 1 ran no query: its two writers are singletons, not a "query-1" set
+    assert batch.set_event == ("query-1", "read-1", "query-2", "read-2", "query-1:unconsumed",
+                               "query-1:unconsumed", "read-1", "query-2", "read-2")
     return (step_advantages(get_method("srpo"), batch).set.tolist(),
             step_advantages(get_method("magrpo"), batch).set.tolist(), batch)
 
 
 def test_srpo_set_advantages_follow_the_retrieval_credit_where_magrpo_follows_the_episode():
     srpo, magrpo, batch = _advantages("retrieval")
-    returns = [0.5, 1.1, 0.0, 1.1, 0.0, 0.1, 1.0, 0.1]  # found's sets, then late's
+    returns = [0.5, 1.1, 0.0, 1.1, 0.0, 0.0, 0.1, 1.0, 0.1]  # found's sets, then late's
     assert batch.set_reward.tolist() == pytest.approx(returns)
-    # SRPO: one group (the task) of 8 sets: (R_S - mean) / (unbiased std + eps)
+    # SRPO: one group (the task) of 9 sets: (R_S - mean) / (unbiased std + eps)
     mean, std = statistics.fmean(returns), statistics.stdev(returns)
     assert srpo == pytest.approx([(r - mean) / (std + 1e-6) for r in returns], abs=1e-5)
-    # MAGRPO: the episode's value on each of its sets, episodes [1.1, 0.1] -> +-0.5 / std
+    # MAGRPO: the episode's value on each of its sets (its unconsumed singletons too: episode
+    # credit), episodes [1.1, 0.1] -> +-0.5 / std
     a2 = 0.5 / (statistics.stdev([1.1, 0.1]) + 1e-6)
-    assert magrpo == pytest.approx([a2] * 4 + [-a2] * 4, abs=1e-5)
+    assert magrpo == pytest.approx([a2] * 4 + [-a2] * 5, abs=1e-5)
     # the query sets' signs differ: found's round 2 (nothing new) is pushed down, late's
     # round 2 (both documents) up, though their episodes won and lost
-    assert srpo[2] < 0 < magrpo[2] and magrpo[6] < 0 < srpo[6]
+    assert srpo[2] < 0 < magrpo[2] and magrpo[7] < 0 < srpo[7]
 
     # with the default credit, SRPO's set advantages carry the episode's sign on every set
     srpo, magrpo, _ = _advantages("episode")

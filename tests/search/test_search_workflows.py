@@ -260,16 +260,27 @@ def test_search_parallel_first_query_prompt_may_only_name_the_question():
         build_workflow("search_parallel", {"first_query_prompt": "{question} {found}"})
 
 
-def test_search_parallel_invalid_queries_are_counted_and_kept_in_the_set():
-    def script(req):
-        if req.agent == "answerer":
-            return "<answer>Kessel</answer>"
-        return "Veltra?"  # no tag
+def test_search_parallel_invalid_queries_are_counted_and_not_consumed():
+    writes = iter(["<search>Veltra</search>", "Veltra?"])  # the first writer's is valid
 
-    result, _, env = run("search_parallel", script, {"k": 2}, n=1, group_size=1)
+    def script(req):
+        return "<answer>Kessel</answer>" if req.agent == "answerer" else next(writes)
+
+    result, _, env = run("search_parallel", script, {"k": 2, "rounds": 1}, n=1, group_size=1)
     (e,) = result.episodes
-    assert e.transitions[0].size == 2 and env.retriever.calls == []
-    assert e.metadata["search_invalid"] == 2 and e.metadata["search_calls"] == 0
+    # the retrieval ran the first writer's query only: the set "query-1" is that writer; the
+    # second's output is a singleton of its own, credited the unconsumed reward (0)
+    assert env.retriever.calls == [["Veltra"]]
+    assert [(s.event, s.size, s.reward) for s in e.transitions] == [
+        ("query-1", 1, None), ("query-1:unconsumed", 1, 0.0), ("read-1", 1, None)]
+    assert e.transitions[1].members[0].text == "Veltra?"
+    assert e.metadata["search_invalid"] == 1 and e.metadata["search_calls"] == 1
+
+    result, _, env = run("search_parallel", lambda req: "<answer>Kessel</answer>"
+                         if req.agent == "answerer" else "Veltra?", {"k": 2}, n=1, group_size=1)
+    (e,) = result.episodes  # no writer valid: no query set, two singletons
+    assert [(s.event, s.size) for s in e.transitions[:2]] == [("query-1:unconsumed", 1)] * 2
+    assert env.retriever.calls == [] and e.metadata["search_invalid"] == 2
 
 
 # --------------------------------------------------------------------------- search_planner
@@ -490,7 +501,12 @@ def test_srpo_rollout_on_a_tiny_random_model(tmp_path, capsys, workflow, events)
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(records) == 2 * 2
     for r in records:
-        assert r["workflow"] == workflow and [t["event"] for t in r["transitions"]] == events
+        # a random model's writers rarely write a valid query: those the retrieval ran none of
+        # are singletons of "query-1:unconsumed" (the transition they were produced for)
+        sources = [t.get("unconsumed_from") or t["event"] for t in r["transitions"]]
+        assert r["workflow"] == workflow and list(dict.fromkeys(sources)) == events
+        assert all(t["event"] == f'{t["unconsumed_from"]}:unconsumed' and t["size"] == 1
+                   for t in r["transitions"] if "unconsumed_from" in t)
         assert set(r["reward_components"]) == {"em", "f1", "cover", "format"}
         assert "recall_at_k" in r["metadata"] and r["metadata"]["search_budget_exhausted"] in (0, 1)
         for t in r["transitions"]:

@@ -42,6 +42,9 @@ class EpisodeSetup:
     reward_fn: RewardFn
     policy: str  # the one policy verl trains (every agent names it)
     answer_key: Callable[[str], str | None] | None = None  # the task pack's (majority votes)
+    # what becomes of an output a transition did not read (train.unconsumed, srpo.workflows.base)
+    unconsumed: str = "singleton"
+    unconsumed_reward: float = 0.0
 
 
 def setup_from_config(path: str | None, overrides: Sequence[str] = ()) -> EpisodeSetup:
@@ -72,7 +75,8 @@ def setup_from_config(path: str | None, overrides: Sequence[str] = ()) -> Episod
     _warn_reward_settings_not_applied(cfg.train, path)
     pack = task_pack(cfg)
     return EpisodeSetup(workflow=wf, agents=agents, reward_fn=pack.make_reward(cfg.task),
-                        policy=policies[0], answer_key=pack.answer_key)
+                        policy=policies[0], answer_key=pack.answer_key,
+                        unconsumed=cfg.train.unconsumed, unconsumed_reward=cfg.train.unconsumed_reward)
 
 
 def _warn_reward_settings_not_applied(train: Any, path: str | None) -> None:
@@ -107,7 +111,8 @@ async def run_episode(
 ) -> Episode:
     """Run `setup.workflow` on `task`; each round's requests are generated concurrently."""
     runner = RolloutRunner(setup.agents, _NoBatchBackend(tokenizer, setup.policy), setup.reward_fn, seed=seed,
-                           answer_key=setup.answer_key)
+                           answer_key=setup.answer_key, unconsumed=setup.unconsumed,
+                           unconsumed_reward=setup.unconsumed_reward)
     driver = runner.start_episode(task, setup.workflow, rollout_index=rollout_index)
     while not driver.done:
         driver.submit(await asyncio.gather(*(generate(r) for r in driver.requests)))
@@ -123,7 +128,9 @@ def episode_records(episode: Episode) -> list[dict[str, Any]]:
     """
     records = []
     returns = episode.set_returns()
-    for aset, ret in zip(episode.transitions, returns):
+    # a set's index in its episode identifies it (its turn does not: the singletons of the
+    # outputs a transition did not read share that transition's turn)
+    for set_in_episode, (aset, ret) in enumerate(zip(episode.transitions, returns)):
         for j, m in enumerate(aset.members):
             records.append({
                 "prompt_ids": list(m.prompt_ids),
@@ -132,7 +139,7 @@ def episode_records(episode: Episode) -> list[dict[str, Any]]:
                 "response_logprobs": None if m.sampling_logprobs is None else list(m.sampling_logprobs),
                 "reward_score": float(episode.reward),
                 "extra_fields": {
-                    fields.SET: aset.turn,
+                    fields.SET: set_in_episode,
                     fields.SET_SIZE: aset.size,
                     fields.MEMBER: j,
                     fields.AGENT: m.agent,

@@ -3,7 +3,7 @@
 The agent loop writes one verl output per member of every active set, in the episode's order
 (transition by transition, members in set order), and puts these keys in its `extra_fields`:
 
-    srpo_set         int   the transition index within the episode (the set, within its session)
+    srpo_set         int   the set's index within the episode (the set, within its session)
     srpo_set_size    int   |S|
     srpo_member      int   position of the member in its set
     srpo_agent       str   role that produced the output

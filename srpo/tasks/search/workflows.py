@@ -4,7 +4,7 @@ with <answer>...</answer> (the protocol and its outcomes: srpo/tasks/search/env.
 | workflow | transitions: event {set members} | scored |
 |---|---|---|
 | search_single | `search` {searcher} | the searcher's answer |
-| search_parallel | per round r: `query-r` {k query writers}, `read-r` {answerer} | the answerer's |
+| search_parallel | per round r: `query-r` {the k query writers whose queries ran}, `read-r` {answerer} | the answerer's |
 | search_planner | `plan` {planner}, `search` {searcher}, `answer` {answerer} | the answerer's |
 | search_routed | `route` {router}, then the chosen route's transitions | that route's answer |
 
@@ -243,7 +243,9 @@ class SearchParallel(_SearchRoles):
     and replies <answer>...</answer>, or says what is missing: then round r+1 (up to `rounds`;
     the last round's answerer is told to answer). Its output is the set "read-r" (size 1).
     Reward: the last answerer's output. A writer output without a valid query is counted in
-    search_invalid (it stays in the set: the transition consumed it).
+    search_invalid; the retrieval ran nothing of it, so it is not consumed: the set "query-r"
+    holds the writers whose queries ran, and each invalid writer is a singleton of its own
+    ("query-r:unconsumed", credited train.unconsumed_reward; srpo.workflows.base).
 
     credit: what each "query-r" set is credited with (the "read-r" sets always get the
     episode's outcome, and the episode's reward is the same either way):
@@ -355,6 +357,7 @@ class SearchParallel(_SearchRoles):
                 prompt = self.query_prompt.format(question=q, found=found, note=note)
             writers = yield [Request(w, prompt) for w in self.slots]
             queries: list[str] = []
+            read, unread = [], []  # writers the retrieval ran a query of; those it ran none of
             for out in writers:
                 stats.turns += 1
                 parsed = parse_turn(out.text)
@@ -362,10 +365,13 @@ class SearchParallel(_SearchRoles):
                     plain = env.plain_query(out.text, parsed, stats)
                     if plain is None:
                         env.invalid(parsed, stats)
+                        unread.append(out)
                     else:
                         queries.append(plain)
+                        read.append(out)
                     continue
                 queries += env.split_calls(parsed, stats)[0]
+                read.append(out)
             earlier = set(stats.found)
             results = env.retrieve(queries, stats)  # one call for the whole set
             reward = None
@@ -374,7 +380,7 @@ class SearchParallel(_SearchRoles):
                                                earlier)
                 credits.append(reward)
                 ctx.metadata[f"retrieval_credit_r{r}"] = reward
-            ctx.transition(f"query-{r}", writers, reward=reward)
+            ctx.transition(f"query-{r}", read, unread=unread, reward=reward if read else None)
             found = env.information(stats).strip()
             last = r == self.rounds
             reader = yield Request(self.answerer, self.read_prompt.format(

@@ -91,10 +91,14 @@ def _series(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "series": {k: [_finite(r.get(k)) for r in rows] for k in keys}}
 
 
-def _final_answers(rec: dict[str, Any]) -> list[dict[str, str]]:
-    """The members of an episode's last transition: what its final answer was read from."""
-    last = rec["transitions"][-1]
-    return [{"agent": m["agent"], "text": m["text"]} for m in last["members"]]
+def _final_answers(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The outputs of an episode's last transition: what its final answer was read from, and
+    those it did not read (the singletons of unconsumed outputs the transition left out,
+    marked "unread")."""
+    source = lambda t: t.get("unconsumed_from") or t["event"]  # noqa: E731
+    last = source(rec["transitions"][-1])
+    return [{"agent": m["agent"], "text": m["text"], **({"unread": True} if t.get("unconsumed_from") else {})}
+            for t in rec["transitions"] if source(t) == last for m in t["members"]]
 
 
 def _eval_episodes(run: Path, label: str) -> dict[str, dict[str, Any]]:

@@ -190,6 +190,7 @@
     const adv = t.advantage;
     const meta = el("div", { class: "meta" },
       el("b", { text: `${t.turn}. ${t.event}` }), badge(`size ${t.size}`),
+      t.unconsumed_from ? badge(`unconsumed: "${t.unconsumed_from}" did not read it`, "unread") : null,
       badge(`return ${fmt(t.return, 2)}`),
       adv === undefined ? null : badge(`A ${fmt(adv, 3)}`, adv > 0 ? "pos" : adv < 0 ? "neg" : ""),
       t.skipped ? badge("skipped: A = 0, not computed", "skip") : null,
@@ -205,7 +206,8 @@
         richText(m.text),
         m.prompt === undefined ? null : el("details", {}, el("summary", { text: "prompt" }), el("pre", { text: m.prompt }))));
     }
-    return el("div", { class: "transition" + ((F.size !== "" || F.agent !== "") && setMatches(t) ? " match" : ""),
+    return el("div", { class: "transition" + (t.unconsumed_from ? " unconsumed" : "") +
+        ((F.size !== "" || F.agent !== "") && setMatches(t) ? " match" : ""),
       "data-size": t.size }, meta, members);
   }
 
@@ -245,7 +247,7 @@
   // ------------------------------------------------------------------ evaluation diff
   function answers(side) {
     const td = el("td", {}, el("span", { class: side.correct ? "ok" : "bad", text: side.correct ? "right" : "wrong" }));
-    for (const a of side.answers || []) td.append(el("div", {}, el("i", { text: a.agent + ": " }), richText(a.text)));
+    for (const a of side.answers || []) td.append(el("div", {}, el("i", { text: a.agent + (a.unread ? " (not read)" : "") + ": " }), richText(a.text)));
     return td;
   }
 
