@@ -91,6 +91,9 @@ def rollout_command(args: argparse.Namespace) -> int:
         build_workflow_from(cfg, args.workflow)  # fail on a bad name before loading anything
         tasks = load_tasks(cfg.task, split=args.split, limit=args.n)
         runner, workflow = build_rollout(cfg, workflow=args.workflow)
+        from srpo.train.preflight import check_question_lengths  # before any rollout, as training
+
+        check_question_lengths(tasks, runner.backend.policies, cfg.sampling.max_new_tokens, args.split)
     except (ValueError, FileNotFoundError, ModuleNotFoundError) as e:
         return _error(str(e), 2)
     torch.manual_seed(cfg.seed)

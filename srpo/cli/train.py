@@ -164,6 +164,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         runner, workflow = build_rollout(cfg, workflow=args.workflow, policies=policies)
         # the same held-out tasks as the trainer's evaluation (eval.size) unless --n says otherwise
         tasks = load_tasks(cfg.task, split="heldout", limit=args.n if args.n is not None else (cfg.eval.size or None))
+        from srpo.train.preflight import check_question_lengths  # before any rollout, as training
+
+        check_question_lengths(tasks, runner.backend.policies, cfg.sampling.max_new_tokens, "heldout")
     except (ConfigError, ValueError, FileNotFoundError, CheckpointError) as e:
         print(f"srpo eval: {e}", file=sys.stderr)
         return 2

@@ -20,8 +20,9 @@ from typing import Any
 from srpo.types import Message, check_template
 
 
-# The lowest temperature above 0: logits / temperature below it overflow float16/bfloat16 (and
-# float32 near 1e-37), and the sampler is greedy in all but name; use 0 for greedy decoding
+# The lowest temperature above 0: below it, logits / temperature make the sampled distribution
+# one-hot to float32 precision for any real logit gap (greedy in all but name, with log-probs the
+# trainer divides by it again) and overflow float32 near 1e-37; use 0 for greedy decoding
 MIN_TEMPERATURE = 1e-3
 
 
@@ -51,8 +52,9 @@ class SamplingParams:
             raise ValueError(f"temperature must be finite and >= 0, got {self.temperature!r}")
         if 0 < self.temperature < MIN_TEMPERATURE:
             raise ValueError(
-                f"temperature must be 0 (greedy) or >= {MIN_TEMPERATURE} (below it logits / "
-                f"temperature overflow, or sample greedily in all but name), got {self.temperature!r}"
+                f"temperature must be 0 (greedy) or >= {MIN_TEMPERATURE} (below it sampling is "
+                f"greedy in all but name, and logits / temperature overflow near 1e-37), got "
+                f"{self.temperature!r}"
             )
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
             raise ValueError(f"top_k must be an int >= 0, got {self.top_k!r}")

@@ -225,11 +225,16 @@ def test_a_workflow_file_that_exits_at_import_is_one_line_and_exit_2(tmp_path, c
     assert not (tmp_path / "run").exists()
 
 
-def test_a_question_longer_than_the_context_is_refused_before_training(tmp_path, capsys):
+def _long_question_file(tmp_path: Path, index: int) -> Path:
     records = [json.loads(line) for line in GSM8K.read_text().splitlines()]
-    records[2]["question"] = "What is " + "1 + " * 1100 + "1?"  # 4,410 byte tokens > 4,096
+    records[index]["question"] = "What is " + "1 + " * 1100 + "1?"  # 4,410 byte tokens > 4,096
     path = tmp_path / "long.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_a_question_longer_than_the_context_is_refused_before_training(tmp_path, capsys):
+    path = _long_question_file(tmp_path, 2)
     code = main(["train", str(SMOKE), f"output_dir={tmp_path / 'run'}", "task.source=gsm8k",
                  f"task.path={path}", "task.train_size=2", "task.heldout_size=1",
                  "train.tasks_per_step=1", "eval.size=1"])
@@ -239,3 +244,12 @@ def test_a_question_longer_than_the_context_is_refused_before_training(tmp_path,
                      r"\(policy 'shared'\); with sampling\.max_new_tokens 12 that exceeds the "
                      r"model's context of 4096 tokens", line), line
     assert not (tmp_path / "run").exists()
+
+
+def test_a_question_longer_than_the_context_is_refused_by_eval(tmp_path, capsys):
+    path = _long_question_file(tmp_path, 0)  # the held-out one
+    code = main(["eval", str(SMOKE), "task.source=gsm8k", f"task.path={path}",
+                 "task.train_size=2", "task.heldout_size=1", "train.tasks_per_step=1", "eval.size=1"])
+    assert code == 2
+    line = one_line(capsys, "srpo eval")
+    assert re.search(r"task 'gsm8k/\S+' \(heldout split\): its question alone is 4410 tokens", line), line
