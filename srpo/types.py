@@ -10,6 +10,7 @@ Grouping for relative advantages is derived from these fields, never hidden insi
 from __future__ import annotations
 
 import math
+import string
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -19,14 +20,25 @@ Message = dict[str, str]
 
 def check_template(template: str, fields: Sequence[str], *, where: str) -> str:
     """Raise ValueError unless `template` formats with exactly the given named fields."""
-    try:
-        template.format(**{f: "" for f in fields})
-    except (KeyError, IndexError, ValueError) as e:
-        raise ValueError(
-            f"{where}: bad template {template!r}: {e!r}; it may use {list(fields)} (write {{{{ "
-            f"and }}}} for literal braces)"
-        ) from e
+    problem = template_problem(template, fields)
+    if problem is not None:
+        raise ValueError(f"{where}: {problem}")
     return template
+
+
+def template_problem(template: str, fields: Sequence[str]) -> str | None:
+    """Why `template` is not a template of exactly the given named fields, or None. Each field
+    is used by its plain name: attribute access or indexing (`{input.x}`, `{input[0]}`) would
+    act on the text given and fail (or pick a character) when the template is filled in."""
+    hint = f"it may use {list(fields)} (write {{{{ and }}}} for literal braces)"
+    try:
+        for _, name, _, _ in string.Formatter().parse(template):
+            if name is not None and name not in fields:
+                return f"bad template {template!r}: {{{name}}} is not one of its fields; {hint}"
+        template.format(**{f: "" for f in fields})
+    except (KeyError, IndexError, ValueError, AttributeError, TypeError) as e:
+        return f"bad template {template!r}: {e!r}; {hint}"
+    return None
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,11 @@ class RewardFunction:
             raise
         except Exception as e:
             raise RewardFunctionError(f"{self.where} raised {type(e).__name__}: {e}") from e
-        return self.weight * _finite_number(value, self.where)
+        weighted = self.weight * _finite_number(value, self.where)
+        if not math.isfinite(weighted):
+            raise RewardFunctionError(f"{self.where}: its value {value!r} times its weight {self.weight!r} "
+                                      f"is not a finite number; lower args.reward_weights")
+        return weighted
 
 
 class RewardFunctions:

@@ -164,6 +164,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         runner, workflow = build_rollout(cfg, workflow=args.workflow, policies=policies)
         # the same held-out tasks as the trainer's evaluation (eval.size) unless --n says otherwise
         tasks = load_tasks(cfg.task, split="heldout", limit=args.n if args.n is not None else (cfg.eval.size or None))
+        if not tasks:
+            raise ValueError(f"no held-out task to evaluate: task.heldout_size is {cfg.task.heldout_size}"
+                             + (f" and --n {args.n}" if args.n is not None else "")
+                             + "; set task.heldout_size (and eval.size or --n) to 1 or more")
         from srpo.train.preflight import check_question_lengths  # before any rollout, as training
 
         check_question_lengths(tasks, runner.backend.policies, cfg.sampling.max_new_tokens, "heldout")

@@ -29,7 +29,7 @@ from srpo.rollout.agents import SamplingParams
 from srpo.rollout.engines import get_engine, known_engine_names
 from srpo.rollout.runner import CUT_ANSWERS
 from srpo.workflows.base import UNCONSUMED
-from srpo.types import check_template
+from srpo.types import template_problem
 
 
 # --------------------------------------------------------------------------- field types
@@ -198,12 +198,27 @@ class AgentConfig(_Section):
             if len(pair) != 2 or not all(text.strip() for text in pair):
                 raise ValueError(f"examples[{i}]: must be [user, assistant], both turns "
                                   f"non-empty, got {pair!r}")
-        if self.template is not None:
-            try:
-                check_template(self.template, ["input"], where="agent template")
-            except ValueError as e:
-                raise ConfigError(str(e)) from e
         return self
+
+    @field_validator("template")
+    @classmethod
+    def _check_template(cls, template: str | None) -> str | None:
+        # a ValueError here is named by its key (agents.<role>.template)
+        if template is not None and (problem := template_problem(template, ["input"])) is not None:
+            raise ValueError(problem)
+        return template
+
+    @field_validator("system_prompt", "template", "examples")
+    @classmethod
+    def _check_text(cls, value: Any) -> Any:
+        # a lone surrogate (e.g. "\ud800" in YAML) is not text: the tokenizer's TypeError later
+        for text in [value] if isinstance(value, str) else [t for pair in value or [] for t in pair]:
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ValueError(f"holds a lone surrogate (U+{ord(text[e.start]):04X}) at character "
+                                 f"{e.start}, which is not text a tokenizer can encode") from None
+        return value
 
 
 class WorkflowConfig(_Section):

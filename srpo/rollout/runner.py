@@ -82,7 +82,9 @@ def workflow_error_line(error: BaseException) -> str | None:
     if not (notes or isinstance(error, RewardFailure) or
             (isinstance(error, (ValueError, TypeError)) and message.startswith("workflow '"))):
         return None
-    return " ".join([f"{type(error).__name__}: {message}", *notes])
+    text = " ".join([f"{type(error).__name__}: {message}", *notes])
+    # one line: a message of several lines (a workflow's own exception) is joined
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 @dataclass(eq=False)
@@ -442,7 +444,7 @@ class RolloutRunner:
                 f"{where}: run() returned no reward; end it with `return ctx.score(final_output)` "
                 f"(or a dict of reward components)"
             )
-        components = normalize_reward(value, what=f"the return value of {where}")
+        components = normalize_reward(value, what=f"{where}: the return value of run()")
         if self.overlong_penalty > 0:
             components = apply_overlong_penalty(components, ctx.transitions, self.overlong_penalty)
         metadata = {"rollout_index": ctx.rollout_index, **ctx.metadata}
@@ -450,10 +452,23 @@ class RolloutRunner:
             task=ctx.task,
             workflow=ctx.workflow_name,
             transitions=list(ctx.transitions),
-            reward=math.fsum(components.values()),
+            reward=_finite_sum(components, where),
             reward_components=components,
             metadata=metadata,
         )
+
+
+def _finite_sum(components: dict[str, float], where: str) -> float:
+    """The episode's reward, the sum of its (finite) components; a sum past the largest float
+    (huge reward weights) is a ValueError naming the workflow, task and components."""
+    try:
+        total = math.fsum(components.values())
+    except OverflowError:  # fsum's own "intermediate overflow"
+        total = math.inf
+    if not math.isfinite(total):
+        raise ValueError(f"{where}: the reward components {components} sum past the largest float "
+                         f"({total}); lower the weights of the reward functions")
+    return total
 
 
 # --------------------------------------------------------------------------- metrics

@@ -23,27 +23,47 @@ Record = dict[str, Any]
 Located = Iterator[tuple[str, Record]]
 
 
-def iter_jsonl(path: Path) -> Located:
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:line {lineno}"
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a UTF-8 file; a byte that is not UTF-8 is a ValueError naming the
+    file and the line."""
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: invalid JSON ({e.msg})") from e
-            if not isinstance(record, dict):
-                raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
-            yield where, record
+                yield lineno, raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path}:line {lineno}: not UTF-8 text (byte {raw[e.start]:#04x}); "
+                                 f"save the file as UTF-8") from None
+
+
+def _loads(text: str, where: str) -> Any:
+    """json.loads, its errors (nesting past Python's recursion limit too) naming `where`."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: invalid JSON ({e.msg})") from None
+    except RecursionError:
+        raise ValueError(f"{where}: JSON nested too deeply to read (a record is a flat object)") from None
+
+
+def iter_jsonl(path: Path) -> Located:
+    for lineno, line in _lines(path):
+        if not line.strip():
+            continue
+        where = f"{path}:line {lineno}"
+        record = _loads(line, where)
+        if not isinstance(record, dict):
+            raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
+        yield where, record
 
 
 def iter_json_array(path: Path) -> Located:
+    text = "".join(line for _, line in _lines(path))
     try:
-        with path.open(encoding="utf-8") as f:
-            data = json.load(f)
+        data = json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: invalid JSON at line {e.lineno} ({e.msg})") from e
+    except RecursionError:
+        raise ValueError(f"{path}: JSON nested too deeply to read (records are flat objects)") from None
     for i, record in enumerate(data):
         where = f"{path}:record {i}"
         if not isinstance(record, dict):
@@ -72,7 +92,7 @@ def iter_parquet(path: Path) -> Located:
 
 
 def _first_char(path: Path) -> str:
-    with path.open(encoding="utf-8") as f:
+    with path.open(encoding="utf-8", errors="replace") as f:  # the readers name a bad byte
         while chunk := f.read(4096):
             if stripped := chunk.lstrip():
                 return stripped[0]

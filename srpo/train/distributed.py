@@ -46,18 +46,32 @@ class DistContext:
 
 def init_distributed(device: str) -> DistContext:
     """Joins the process group the launcher described in the environment (WORLD_SIZE, RANK, ...)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = _env_int("WORLD_SIZE", "1")
     if world <= 1:
         return DistContext()
+    local_rank = _env_int("LOCAL_RANK", "0")
     owns_group = not dist.is_initialized()
     if owns_group:
         if device.startswith("cuda"):
             # each rank on its own GPU before NCCL starts: otherwise every rank's collectives
             # (barriers, object broadcasts) run on GPU 0
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(local_rank)
         dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
-    return DistContext(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")),
-                       owns_group=owns_group)
+    return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, owns_group=owns_group)
+
+
+def _env_int(name: str, default: str) -> int:
+    """A launcher's environment variable (WORLD_SIZE, LOCAL_RANK) as a number >= 0; anything else
+    is a ValueError naming the variable (the command's one line, exit status 2)."""
+    raw = os.environ.get(name, default)
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"the environment variable {name} must be a whole number >= 0 (set by a "
+                         f"launcher such as torchrun or accelerate), got {raw!r}")
+    return value
 
 
 def close_distributed(ctx: DistContext) -> None:

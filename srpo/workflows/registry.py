@@ -138,6 +138,14 @@ def _exec_file(path: Path, name: str) -> Any:
     sys.path.insert(0, folder)
     try:
         spec.loader.exec_module(module)
+    except ImportError:  # what the file imports: import_reference names it
+        raise
+    except SyntaxError as e:  # the file's own errors: one line naming it, not their traceback
+        raise ValueError(f"{path} cannot be imported: SyntaxError at line {e.lineno}: {e.msg}") from None
+    except Exception as e:  # noqa: BLE001 - whatever the user's code raises while it is imported
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise ValueError(f"{path} raised {type(e).__name__} while it was imported"
+                         + (f": {first}" if first else "")) from None
     finally:
         try:
             sys.path.remove(folder)  # the first entry equal to it: ours, unless the file added one

@@ -74,7 +74,7 @@ def test_int_is_accepted_for_float_and_round_trip():
         (["rollout.record_logprobs=yes please"], r"rollout.record_logprobs must be true or false"),
         (["agents.solver.policy=ghost"], r"agents.solver.policy: unknown policy 'ghost'"),
         (["agents.solver.sampling.temp=1"], r"agents.solver.sampling: unknown key\(s\) \['temp'\]"),
-        (["agents.solver.template={question}"], r"agent template: bad template '\{question\}'.*it may use \['input'\]"),
+        (["agents.solver.template={question}"], r"agents.solver.template: bad template '\{question\}'.*it may use \['input'\]"),
         (["policies.kind=mixture"], r"policies.kind must be one of"),
         (["policies.names=[a, b]"], r"'shared' takes exactly one policy name"),
         (["task.source=gsm8k"], r"task.source 'gsm8k' needs task.path"),

@@ -123,6 +123,18 @@ OVERRIDE_CASES = {
                                 r"agents\.solver\.sampling: temperature must be 0 \(greedy\) or >= 0\.001"),
 }
 
+# issue 55, section 3: damaged or foreign values named by their key
+OVERRIDE_CASES.update({
+    "template attribute access": (["agents.solver.template={input.x}"],
+                                  r"agents\.solver\.template: bad template '\{input\.x\}': \{input\.x\} is "
+                                  r"not one of its fields; it may use \['input'\]"),
+    "template indexing": (["agents.solver.template={input[0]}"], r"agents\.solver\.template: bad template"),
+    "min_digits 5000": (["task.difficulty.min_digits=5000", "task.difficulty.max_digits=5000"],
+                        r"task\.difficulty\.min_digits must be <= 4300 .* got 5000"),
+    "system_prompt lone surrogate": (["agents.solver.system_prompt=a\ud800"],
+                                     r"agents\.solver\.system_prompt: holds a lone surrogate \(U\+D800\)"),
+})
+
 # the few cases that run as the command a user types (the rest run in-process)
 SUBPROCESS_CASES = ["alias bomb", "100000 nested brackets", "duplicate nested key", "device foo",
                     "agent no workflow declares", "train_size 1e9"]

@@ -286,3 +286,133 @@ def test_a_directory_without_config_yaml_and_a_missing_run(tmp_path, capsys):
         f"srpo plot: no run directory at {tmp_path / 'nosuch'}")
     assert _refused(capsys, ["plot", str(folder)]) == (
         f"srpo plot: no metrics log at {folder / 'metrics.jsonl'}")
+
+
+# ---------------------------------------------------------------- task files, workflows, rewards
+
+
+def _rollout(tmp_path: Path, *extra: str) -> list[str]:
+    return ["rollout", SMOKE, "--n", "1", "--out", str(tmp_path / "out.jsonl"), *extra]
+
+
+def _task_file(tmp_path: Path, name: str, content: bytes) -> list[str]:
+    path = tmp_path / name
+    path.write_bytes(content)
+    return ["task.source=gsm8k", f"task.path={path}", "task.heldout_size=1", "task.train_size=1",
+            "train.tasks_per_step=1", "eval.size=1"]
+
+
+def test_task_files_that_are_not_utf8_too_deep_or_hold_a_lone_surrogate_name_the_file(tmp_path, capsys):
+    good = json.dumps({"question": "q2", "answer": "#### 2"}) + "\n"
+    args = _task_file(tmp_path, "latin1.jsonl", b'{"question": "caf\xe9", "answer": "#### 1"}\n' + good.encode())
+    assert _refused(capsys, _rollout(tmp_path, *args)) == (
+        f"srpo rollout: {tmp_path / 'latin1.jsonl'}:line 1: not UTF-8 text (byte 0xe9); save the file as UTF-8")
+    deep = ("[" * 100_000 + "]" * 100_000 + "\n").encode()
+    for name in ("deep.jsonl", "deep.json"):
+        line = _refused(capsys, _rollout(tmp_path, *_task_file(tmp_path, name, deep)))
+        assert line.startswith(f"srpo rollout: {tmp_path / name}") and "JSON nested too deeply to read" in line
+    lone = json.dumps({"question": "1 + \ud800?", "answer": "#### 2"}) + "\n" + good
+    assert _refused(capsys, _rollout(tmp_path, *_task_file(tmp_path, "lone.jsonl", lone.encode()))) == (
+        f"srpo rollout: {tmp_path / 'lone.jsonl'}:line 1: field 'question' holds a lone surrogate "
+        f"(U+D800) at character 4, which is not text a tokenizer can encode")
+
+
+def test_a_lone_surrogate_in_a_prompt_names_its_key(tmp_path, capsys):
+    assert _refused(capsys, _rollout(tmp_path, "agents.solver.system_prompt=a\ud800b")) == (
+        "srpo rollout: agents.solver.system_prompt: holds a lone surrogate (U+D800) at character 1, "
+        "which is not text a tokenizer can encode")
+
+
+WORKFLOW = '''
+from dataclasses import dataclass
+from srpo.workflows.base import GenericRoles, Request
+
+@dataclass
+class W(GenericRoles):
+    agent: str = "solver"
+    name = "w"
+    description = "a test workflow"
+
+    @property
+    def agents(self):
+        return (self.agent,)
+
+    def run(self, task, ctx):
+        out = yield Request(self.agent, task.prompt)
+        ctx.transition("answer", [out])
+        BODY
+'''
+
+
+def _workflow(tmp_path: Path, run_ends: str | None, name: str, *, file: str | None = None) -> str:
+    """A workflow file whose run() ends with `run_ends`, or a file of the given text."""
+    path = tmp_path / name
+    path.write_text(file if file is not None else WORKFLOW.replace("BODY", run_ends))
+    return f"{path}:W"
+
+
+def test_a_workflow_file_that_cannot_be_imported_is_named(tmp_path, capsys):
+    ref = _workflow(tmp_path, None, "syntax.py", file="def (:\n")
+    for command in (_rollout(tmp_path, "--workflow", ref),
+                    ["train", SMOKE, f"output_dir={tmp_path / 'run'}", "--workflow", ref]):
+        assert _refused(capsys, command).endswith(
+            f"{tmp_path / 'syntax.py'} cannot be imported: SyntaxError at line 1: invalid syntax")
+    ref = _workflow(tmp_path, None, "raises.py", file="raise RuntimeError('boom at import')\n")
+    assert _refused(capsys, _rollout(tmp_path, "--workflow", ref)) == (
+        f"srpo rollout: {tmp_path / 'raises.py'} raised RuntimeError while it was imported: boom at import")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_nan_component_or_a_multi_line_error_of_a_workflow_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("SRPO_DEBUG", raising=False)
+    ref = _workflow(tmp_path, "return {'correct': float('nan')}", "nan.py")
+    line = _refused(capsys, _rollout(tmp_path, "--workflow", ref), code=1)
+    assert line.startswith("srpo rollout: ValueError: workflow 'w', task ") and line.endswith(
+        "the return value of run(): component 'correct' is not finite (nan) (SRPO_DEBUG=1 shows the traceback)")
+    ref = _workflow(tmp_path, "raise RuntimeError('first\\nsecond\\n\\nthird')", "lines.py")
+    line = _refused(capsys, _rollout(tmp_path, "--workflow", ref), code=1)
+    assert line.startswith("srpo rollout: RuntimeError: first second third (raised while running workflow 'w'")
+
+
+def test_reward_weights_whose_sum_overflows_name_the_task_and_the_reward_functions():
+    from srpo.rollout.runner import _finite_sum
+    from srpo.tasks.math.rewards import MathReward, RewardError
+    from srpo.types import Task
+
+    with pytest.raises(RewardError, match=r"task 't1' failed: ValueError: the weighted components "
+                                          r"\{'correct': 1e\+308, 'format': 1e\+308\} sum to inf"):
+        MathReward(1e308, 1e308, format_rule="any")(Task("t1", "1 + 1?", "2"), "\\boxed{2}")
+    where = "workflow 'single', task 't1', rollout 0"
+    with pytest.raises(ValueError, match=r"workflow 'single', task 't1', rollout 0: the reward components "
+                                         r"\{'f': 1e\+308, 'g': 1e\+308\} sum past the largest float"):
+        _finite_sum({"f": 1e308, "g": 1e308}, where)  # math.fsum's OverflowError, named
+    assert _finite_sum({"f": 1.0, "g": 2.0}, where) == 3.0
+
+
+def test_api_reward_function_times_a_huge_weight_names_the_function():
+    from srpo.api.rewards import RewardFunction, RewardFunctionError
+    from srpo.types import Task
+
+    def my_reward(completion, row):
+        return 10.0
+
+    fn = RewardFunction(my_reward, "my_reward", 1e308, "reward function my_reward ('my_reward')")
+    with pytest.raises(RewardFunctionError, match=r"my_reward.*times its weight 1e\+308 is not a finite number"):
+        fn("text", Task("t1", "q", "a"), {})
+
+
+# ---------------------------------------------------------------- the environment, evaluation sizes
+
+
+def test_world_size_that_is_not_a_number_names_the_variable(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "two")
+    assert _refused(capsys, ["train", SMOKE, f"output_dir={tmp_path / 'run'}", "train.steps=1"]) == (
+        "srpo train: the environment variable WORLD_SIZE must be a whole number >= 0 (set by a launcher "
+        "such as torchrun or accelerate), got 'two'")
+    assert not (tmp_path / "run").exists()
+
+
+def test_eval_with_no_held_out_task_is_refused(capsys):
+    assert _refused(capsys, ["eval", SMOKE, "task.heldout_size=0", "eval.size=0"]) == (
+        "srpo eval: no held-out task to evaluate: task.heldout_size is 0; set task.heldout_size (and "
+        "eval.size or --n) to 1 or more")

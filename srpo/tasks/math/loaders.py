@@ -39,6 +39,11 @@ def _text(record: Record, where: str, field: str) -> str:
     if not isinstance(value, str):
         raise ValueError(f"{where}: field {field!r} must be a string, got "
                          f"{type(value).__name__} ({value!r:.60})")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:  # a "\ud800" escape: the tokenizer's TypeError later
+        raise ValueError(f"{where}: field {field!r} holds a lone surrogate (U+{ord(value[e.start]):04X}) "
+                         f"at character {e.start}, which is not text a tokenizer can encode") from None
     return value
 
 

@@ -5,6 +5,7 @@ Config (under `task`): source, dataset, difficulty, path, reward (MathSettings b
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Self
 
 from pydantic import Field, model_validator
@@ -49,6 +50,13 @@ class MathSettings(TaskSettings):
         one_of("task.source", self.source, ("reasoning_gym", "gsm8k", "math500"))
         if self.source != "reasoning_gym" and not self.path:
             raise ConfigError(f"task.source {self.source!r} needs task.path (a local file)")
+        # a number of more digits than Python prints (4300 by default) fails mid-generation with
+        # an error naming no setting: refuse a digit count past it here, by its key
+        limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+        for key, value in self.difficulty.items():
+            if limit and key.endswith("digits") and isinstance(value, int) and value > limit:
+                raise ConfigError(f"task.difficulty.{key} must be <= {limit} (the most digits Python "
+                                  f"turns a number into text with), got {value}")
         return self
 
 SOLVE = "Solve the math problem. Think briefly, then give the final answer as \\boxed{answer}."

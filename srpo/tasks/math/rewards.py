@@ -138,8 +138,9 @@ class MathReward:
         components = {"correct": float(correct), "format": float(formatted)}
         weights = {"correct": self.correct_weight, "format": self.format_weight}
         total = sum(weights[k] * components[k] for k in components)
-        if not math.isfinite(total):  # unreachable with finite weights; guard the contract
-            raise ValueError(f"non-finite reward {total!r}")
+        if not math.isfinite(total):  # finite weights whose sum overflows (1e308 each)
+            raise ValueError(f"the weighted components {dict((k, weights[k] * components[k]) for k in components)} "
+                             f"sum to {total!r}: lower task.reward.correct_weight / format_weight")
         return RewardResult(
             total=total,
             components=components,
