@@ -58,6 +58,18 @@ class Task:
     source: str = ""
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # a lone surrogate (text decoded with errors="surrogateescape", or made in code) cannot
+        # be encoded, so the tokenizer would fail later with a TypeError naming nothing
+        for name in ("task_id", "prompt", "answer"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError as e:
+                    raise ValueError(f"task {self.task_id!r}: its {name} holds a character that is not "
+                                     f"text (a lone surrogate at position {e.start}): {value[:60]!r}") from None
+
 
 @dataclass
 class Member:

@@ -117,6 +117,8 @@ OVERRIDE_CASES = {
     "reward timeout_s -1": (["task.reward.timeout_s=-1"],
                             r"task\.reward\.timeout_s must be in \(0, 3600\] seconds \(or null"),
     "reward timeout_s 1e308": (["task.reward.timeout_s=1e308"], r"task\.reward\.timeout_s must be in \(0, 3600\]"),
+    "reward weights 1e308": (["task.reward.correct_weight=1e308", "task.reward.format_weight=1e308"],
+                             r"task\.reward\.correct_weight \+ task\.reward\.format_weight must be finite"),
     "temperature 1e-30": (["sampling.temperature=1e-30"],
                           r"sampling: temperature must be 0 \(greedy\) or >= 0\.001 .* got 1e-30"),
     "agent temperature 1e-30": (["agents.solver.sampling={temperature: 0.00001}"],

@@ -378,9 +378,15 @@ def test_reward_weights_whose_sum_overflows_name_the_task_and_the_reward_functio
     from srpo.tasks.math.rewards import MathReward, RewardError
     from srpo.types import Task
 
+    # weights whose largest reward is not a number are refused when the reward is built (and as
+    # config: tests/train/test_config_fuzz.py); one that still overflows names the task
+    with pytest.raises(ValueError, match=r"correct_weight \+ format_weight must be finite"):
+        MathReward(1e308, 1e308, format_rule="any")
+    reward = MathReward(1.0, 1.0, format_rule="any")
+    reward.correct_weight = reward.format_weight = 1e308  # past the constructor's check
     with pytest.raises(RewardError, match=r"task 't1' failed: ValueError: the weighted components "
                                           r"\{'correct': 1e\+308, 'format': 1e\+308\} sum to inf"):
-        MathReward(1e308, 1e308, format_rule="any")(Task("t1", "1 + 1?", "2"), "\\boxed{2}")
+        reward(Task("t1", "1 + 1?", "2"), "\\boxed{2}")
     where = "workflow 'single', task 't1', rollout 0"
     with pytest.raises(ValueError, match=r"workflow 'single', task 't1', rollout 0: the reward components "
                                          r"\{'f': 1e\+308, 'g': 1e\+308\} sum past the largest float"):
@@ -415,3 +421,16 @@ def test_eval_with_no_held_out_task_is_refused(capsys):
     assert _refused(capsys, ["eval", SMOKE, "task.heldout_size=0", "eval.size=0"]) == (
         "srpo eval: no held-out task to evaluate: task.heldout_size is 0; set task.heldout_size (and "
         "eval.size or --n) to 1 or more")
+
+
+def test_a_task_made_in_code_with_a_lone_surrogate_names_the_task_and_field():
+    """The config and task-file routes name the key or file; a Task built in Python (the API's
+    train_dataset rows become Tasks) is refused when made, before any tokenizer sees it."""
+    from srpo.types import Task
+
+    with pytest.raises(ValueError, match=r"task 't1': its prompt holds a character that is not text "
+                                         r"\(a lone surrogate at position 8\)"):
+        Task("t1", "what is \udc80 2+2?", "4")
+    with pytest.raises(ValueError, match=r"task 't2': its answer holds"):
+        Task("t2", "2+2?", "\ud800")
+    assert Task("t3", "2+2? ✓ 😀", "4").prompt.endswith("😀")  # real non-ASCII text is fine

@@ -5,6 +5,7 @@ Config (under `task`): source, dataset, difficulty, path, reward (MathSettings b
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any, Self
 
@@ -33,6 +34,9 @@ class RewardSettings(TaskSettings):
             check_timeout(self.timeout_s)
         except ValueError as e:
             raise ConfigError(f"task.reward.{e}") from e
+        if not math.isfinite(abs(self.correct_weight) + abs(self.format_weight)):
+            raise ConfigError(f"task.reward.correct_weight + task.reward.format_weight must be finite "
+                              f"(the largest reward), got {self.correct_weight} + {self.format_weight}")
         return self
 
 

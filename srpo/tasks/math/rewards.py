@@ -110,6 +110,10 @@ class MathReward:
         for name, w in (("correct_weight", correct_weight), ("format_weight", format_weight)):
             if not math.isfinite(w):
                 raise ValueError(f"{name} must be finite, got {w!r}")
+        if not math.isfinite(abs(correct_weight) + abs(format_weight)):  # each is 0/1: the sum is
+            # the largest reward, which must stay a number (1e308 + 1e308 is inf)
+            raise ValueError(f"correct_weight + format_weight must be finite, got {correct_weight!r} + "
+                             f"{format_weight!r}: lower them")
         if format_rule not in FORMAT_RULES:
             raise ValueError(
                 f"format_rule must be one of {sorted(FORMAT_RULES)}, got {format_rule!r}"
