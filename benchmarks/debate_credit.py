@@ -1,0 +1,199 @@
+"""Credit in the default job's debate, on reasoning-gym tasks it was not tuned on: the runs of
+issue 50's untuned-task benchmark (section 2) and of the preregistered credit study (section 3,
+docs/results.md "Credit in debate").
+
+Each run is the default job with only the task changed (`task.dataset`, `task.difficulty`, from
+results/bench/untuned_screen_2026-12-06) and one ARM's settings, in a fresh process with
+`train.threads=1`, JOBS side by side (no wall times: two runs on 2 cores slow each other):
+
+    .venv/bin/python benchmarks/debate_credit.py run --arms srpo_consumed srpo_today \\
+        --tasks chain_sum lcm --seeds 0 1 2 --runs-dir /tmp/credit
+    .venv/bin/python benchmarks/debate_credit.py analyze --runs-dir /tmp/credit \\
+        --out results/bench/debate_credit_2026-12-06
+
+A record already in RUNS_DIR/<arm>-<task>-seed<S>.json is reused, so a killed queue resumes.
+`analyze` writes per-run rows (held-out before / after / paired change with its CI and p, the
+held-out cut share and top-answer share before and after, informative tasks a step, the
+training cut share, each run's commit) and, where all four study arms ran on the same (task,
+seed) pairs, the study's tests D1-D3 (mean difference of the paired change with its 95%
+t-interval, exact two-sided sign-flip p, Holm over the three).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_before_after import ROOT, metric_rows, run_side
+from provenance import provenance
+
+from srpo.train.stats import holm, sign_flip_p, t_interval
+
+# the screen's 8 (results/bench/untuned_screen_2026-12-06/README.md): difficulty, kind
+TASKS: dict[str, tuple[str, str]] = {
+    "chain_sum": ("{min_terms: 3, max_terms: 3, min_digits: 1, max_digits: 1}", "arithmetic"),
+    "gcd": ("{max_value: 60}", "arithmetic (number theory)"),
+    "lcm": ("{max_value: 50}", "arithmetic (number theory)"),
+    "letter_counting": ("{min_words: 10, max_words: 20}", "string"),
+    "aiw": ("{}", "logic"),
+    "number_sequence": ("{min_terms: 4, max_terms: 5, min_value: -10, max_value: 10, max_complexity: 1}",
+                        "pattern / logic"),
+    "number_format": ("{min_num_candidates: 2, max_num_candidates: 2, min_n: 1, max_n: 100}", "comparison"),
+    "count_primes": ("{min_n: 1, max_n: 100}", "counting"),
+}
+# the preregistered study's tasks (docs/results.md, "Credit in debate")
+STUDY_TASKS = ("chain_sum", "lcm", "number_sequence", "aiw")
+
+# each arm: the overrides on top of the default job (docs/results.md, "Credit in debate")
+ARMS: dict[str, list[str]] = {
+    "srpo_consumed": ["train.method=srpo", "train.unconsumed=singleton"],
+    "srpo_today": ["train.method=srpo", "train.unconsumed=in_set"],
+    "grpo_own": ["train.method=grpo", "train.unconsumed=singleton", "workflow.params.credit=own"],
+    "magrpo": ["train.method=magrpo", "train.unconsumed=singleton"],
+}
+STUDY_ARMS = ("srpo_consumed", "srpo_today", "grpo_own", "magrpo")
+BASELINE = "srpo_consumed"  # D1-D3: this arm minus each other
+
+
+def run_name(arm: str, task: str, seed: int) -> str:
+    return f"{arm}-{task}-seed{seed}"
+
+
+def overrides(arm: str, task: str, seed: int) -> list[str]:
+    return [f"task.dataset={task}", f"task.difficulty={TASKS[task][0]}", f"seed={seed}",
+            "train.threads=1", *ARMS[arm]]
+
+
+def heldout_shares(run_dir: Path, when: str) -> dict:
+    """The held-out evaluation's top answer and its share, and the share of members cut by the
+    token budget (from the evaluation's episodes)."""
+    ev = json.loads((run_dir / "eval" / f"{when}.json").read_text())
+    members = cut = 0
+    path = run_dir / "eval" / f"{when}.episodes.jsonl.gz"
+    if path.is_file():
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            for line in f:
+                for t in json.loads(line)["transitions"]:
+                    for m in t["members"]:
+                        members += 1
+                        cut += m["stop_reason"] == "length"
+    return {"top_answer": ev.get("top_answer"), "top_answer_share": ev.get("top_answer_share"),
+            "cut_share": cut / members if members else None}
+
+
+def one(arm: str, task: str, seed: int, runs_dir: Path) -> dict:
+    name = run_name(arm, task, seed)
+    rec = run_side(name, ROOT, None, overrides(arm, task, seed), runs_dir)
+    steps = [r for r in metric_rows(runs_dir / name) if "loss" in r]
+    return {"arm": arm, "task": task, "seed": seed, "overrides": overrides(arm, task, seed),
+            "commit": rec.get("commit"), "dirty": rec.get("dirty"), "heldout": rec["heldout"],
+            "before": heldout_shares(runs_dir / name, "before"),
+            "after": heldout_shares(runs_dir / name, "after"),
+            "informative_tasks_per_step": [r.get("rollout/dynamic/informative_tasks") for r in steps],
+            "train_cut_share_per_step": [round(r.get("rollout/stop/length", float("nan")), 3) for r in steps],
+            "unconsumed_share_per_step": [round(r["rollout/members/unconsumed_share"], 3) for r in steps
+                                          if "rollout/members/unconsumed_share" in r],
+            "episodes_generated": sum(r.get("rollout/episodes", 0) for r in steps)}
+
+
+def study_tests(rows: list[dict]) -> dict:
+    """D1-D3 (docs/results.md): per (task, seed) of the study, BASELINE's paired change minus
+    each other arm's, in points; exact sign-flip p, Holm over the three, 95% t-interval."""
+    change = {(r["arm"], r["task"], r["seed"]): 100 * r["heldout"]["diff"] for r in rows}
+    pairs = sorted({(t, s) for (a, t, s) in change if a == BASELINE and t in STUDY_TASKS})
+    tests, ps = {}, []
+    for label, other in zip(("D1", "D2", "D3"), STUDY_ARMS[1:]):
+        both = [(t, s) for t, s in pairs if (other, t, s) in change]
+        diffs = [change[(BASELINE, t, s)] - change[(other, t, s)] for t, s in both]
+        if not diffs:
+            continue
+        ci = t_interval(diffs) if len(diffs) > 1 else None
+        p = sign_flip_p(diffs) if len(diffs) <= 20 else None
+        tests[label] = {"minus": other, "pairs": len(diffs), "mean": sum(diffs) / len(diffs),
+                        "ci95": None if ci is None else [ci.low, ci.high], "p": p, "diffs": diffs}
+        ps.append((label, p))
+    complete = [label for label, p in ps if p is not None and tests[label]["pairs"] == 20]
+    if len(complete) == 3:
+        for label, adj in zip(complete, holm([tests[lb]["p"] for lb in complete])):
+            t = tests[label]
+            t["holm_p"] = adj
+            t["verdict"] = ("supported" if adj < 0.05 and t["mean"] > 0 else
+                            "refuted" if adj < 0.05 and t["mean"] < 0 else "undecided")
+    return tests
+
+
+def markdown(rows: list[dict], tests: dict) -> str:
+    lines = [("| arm | task | seed | before | after | change [95% CI] | p | cut share before -> after "
+              "| top answer share before -> after | informative tasks a step | commit |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    fmt = lambda x: "-" if x is None else f"{100 * x:.0f}%"
+    for r in sorted(rows, key=lambda r: (r["task"], r["arm"], r["seed"])):
+        h = r["heldout"]
+        info = [x for x in r["informative_tasks_per_step"] if x is not None]
+        lines.append(
+            f"| {r['arm']} | {r['task']} | {r['seed']} | {100 * h['before']:.1f}% | {100 * h['after']:.1f}% | "
+            f"{100 * h['diff']:+.1f} [{100 * h['low']:+.1f}, {100 * h['high']:+.1f}] | {h['p']:.2g} | "
+            f"{fmt(r['before']['cut_share'])} -> {fmt(r['after']['cut_share'])} | "
+            f"{fmt(r['before']['top_answer_share'])} -> {fmt(r['after']['top_answer_share'])} | "
+            f"{min(info, default=0)}-{max(info, default=0)} | {r['commit']}{'-dirty' if r['dirty'] else ''} |")
+    if tests:
+        lines += ["", "| test | minus | pairs | mean difference, points [95% CI] | sign-flip p | Holm p | verdict |",
+                  "|---|---|---|---|---|---|---|"]
+        for label, t in tests.items():
+            ci = "" if t["ci95"] is None else f" [{t['ci95'][0]:+.1f}, {t['ci95'][1]:+.1f}]"
+            pval = "-" if t["p"] is None else f"{t['p']:.3g}"
+            holm_p = f"{t['holm_p']:.3g}" if "holm_p" in t else "-"
+            lines.append(f"| {label} | {t['minus']} | {t['pairs']} | {t['mean']:+.1f}{ci} | {pval} | "
+                         f"{holm_p} | {t.get('verdict', 'incomplete')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--arms", nargs="+", default=list(STUDY_ARMS), choices=list(ARMS))
+    r.add_argument("--tasks", nargs="+", default=list(STUDY_TASKS), choices=list(TASKS))
+    r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    r.add_argument("--jobs", type=int, default=2, help="runs side by side (each train.threads=1)")
+    r.add_argument("--runs-dir", required=True)
+    a = sub.add_parser("analyze")
+    a.add_argument("--runs-dir", required=True)
+    a.add_argument("--out", required=True, help="a folder: rows.json, tests.json, table.md")
+    args = p.parse_args()
+    runs_dir = Path(args.runs_dir)
+    if args.cmd == "run":
+        runs_dir.mkdir(parents=True, exist_ok=True)
+        # seed-major, then task, then arm: a queue cut short leaves whole (task, seed) pairs
+        jobs = [(arm, t, s) for s in args.seeds for t in args.tasks for arm in args.arms]
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            list(pool.map(lambda j: one(*j, runs_dir), jobs))
+        return
+    rows = [one(*name_parts(f.stem), runs_dir) for f in sorted(runs_dir.glob("*-seed*.json"))
+            if name_parts(f.stem) is not None]
+    tests = study_tests(rows)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "rows.json").write_text(json.dumps({"written_by": provenance(ROOT), "rows": rows}, indent=1))
+    (out / "tests.json").write_text(json.dumps(tests, indent=1))
+    (out / "table.md").write_text(markdown(rows, tests))
+    print((out / "table.md").read_text())
+
+
+def name_parts(stem: str) -> tuple[str, str, int] | None:
+    """(arm, task, seed) of a record's name, or None for another file."""
+    for arm in ARMS:
+        for task in TASKS:
+            prefix = f"{arm}-{task}-seed"
+            if stem.startswith(prefix) and stem[len(prefix):].isdigit():
+                return arm, task, int(stem[len(prefix):])
+    return None
+
+
+if __name__ == "__main__":
+    main()

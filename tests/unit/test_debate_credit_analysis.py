@@ -1,0 +1,60 @@
+"""benchmarks/debate_credit.py's analysis: the preregistered tests D1-D3 (docs/results.md,
+"Credit in debate") on made-up rows whose differences are known, and its run names."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+_spec = importlib.util.spec_from_file_location("debate_credit", ROOT / "benchmarks" / "debate_credit.py")
+dc = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(dc)
+
+
+def rows(shift: dict[str, float]) -> list[dict]:
+    """Every study arm on every (task, seed): change = 10 points + the arm's shift, plus a
+    per-pair value shared by all arms (which the paired differences cancel)."""
+    out = []
+    for ti, task in enumerate(dc.STUDY_TASKS):
+        for seed in range(5):
+            shared = (ti * 5 + seed) % 7 - 3
+            for arm in dc.STUDY_ARMS:
+                d = (10 + shift[arm] + shared + (0.5 if seed % 2 else -0.5) * (arm == "srpo_today")) / 100
+                out.append({"arm": arm, "task": task, "seed": seed, "heldout": {"diff": d}})
+    return out
+
+
+def test_d1_to_d3_are_the_baseline_minus_each_arm_with_holm():
+    tests = dc.study_tests(rows({"srpo_consumed": 2.0, "srpo_today": 0.0, "grpo_own": 2.0, "magrpo": -3.0}))
+    d1, d2, d3 = tests["D1"], tests["D2"], tests["D3"]
+    assert (d1["minus"], d2["minus"], d3["minus"]) == ("srpo_today", "grpo_own", "magrpo")
+    assert all(t["pairs"] == 20 for t in tests.values())
+    # D1: 2 - 0.5 on odd seeds (8 pairs), 2 + 0.5 on even ones (12): mean 2.1; every difference
+    # > 0, so the only sign vectors as extreme are all + and all -: p = 2 / 2^20
+    assert d1["mean"] == pytest.approx(2.1) and d1["p"] == pytest.approx(2 / 2**20)
+    # D2: every difference 0: p = 1, undecided; D3: +5 everywhere
+    assert d2["mean"] == pytest.approx(0.0, abs=1e-9) and d2["p"] == 1.0 and d2["verdict"] == "undecided"
+    assert d3["mean"] == pytest.approx(5.0) and d3["verdict"] == "supported"
+    # Holm over three: the two smallest p (equal) times 3 and 2, the running max
+    assert d1["holm_p"] == pytest.approx(3 * 2 / 2**20) and d1["verdict"] == "supported"
+    assert d3["holm_p"] == pytest.approx(3 * 2 / 2**20)
+
+
+def test_a_lower_baseline_is_refuted_and_missing_pairs_leave_the_family_incomplete():
+    tests = dc.study_tests(rows({"srpo_consumed": -4.0, "srpo_today": 0.0, "grpo_own": 0.0, "magrpo": 0.0}))
+    assert tests["D1"]["verdict"] == "refuted" and tests["D1"]["mean"] == pytest.approx(-3.9)
+    partial = [r for r in rows({a: 0.0 for a in dc.STUDY_ARMS}) if not (r["arm"] == "magrpo" and r["seed"] == 4)]
+    tests = dc.study_tests(partial)
+    assert tests["D3"]["pairs"] == 16 and "verdict" not in tests["D3"]  # no test before all 20
+
+
+def test_run_names_round_trip():
+    for arm in dc.ARMS:
+        for task in dc.TASKS:
+            assert dc.name_parts(dc.run_name(arm, task, 3)) == (arm, task, 3)
+    assert dc.name_parts("default-seed0") is None
