@@ -41,6 +41,9 @@ class FlatBatch:
     episode_task: tuple[str, ...]  # [E] task id of each episode
     episode_reward: Tensor  # [E] float: outcome reward
     sampling_logprobs: Tensor | None = None  # [M, T] log-probs recorded at sampling time
+    # [S] False for the singleton of an output its transition did not read (ActiveSet.consumed);
+    # None: every set was consumed (the advantage group key "consumed" reads it)
+    set_consumed: tuple[bool, ...] | None = None
     # Filled by the training step. Advantages once per rollout batch (prepare_step); weights
     # once per optimizer step (with_step_weights); select_sets slices them, never recomputes:
     old_logprobs: Tensor | None = None  # [M, T] log pi_old, recomputed before the update
@@ -118,6 +121,7 @@ class FlatBatch:
             member_temperature=tuple(self.member_temperature[i] for i in rows_list),
             set_task=tuple(self.set_task[i] for i in ids),
             set_event=tuple(self.set_event[i] for i in ids),
+            set_consumed=None if self.set_consumed is None else tuple(self.set_consumed[i] for i in ids),
         )
 
     def member_rows(self, set_ids: Sequence[int] | Tensor) -> Tensor:
@@ -157,6 +161,7 @@ def build_flat_batch(episodes: Sequence[Episode], pad_token_id: int) -> FlatBatc
     set_index: list[int] = []
     set_task: list[str] = []
     set_event: list[str] = []
+    set_consumed: list[bool] = []
     set_turn: list[int] = []
     set_episode: list[int] = []
     set_reward: list[float] = []
@@ -181,6 +186,7 @@ def build_flat_batch(episodes: Sequence[Episode], pad_token_id: int) -> FlatBatc
                 set_index.append(s)
             set_task.append(aset.task_id)
             set_event.append(aset.event)
+            set_consumed.append(aset.consumed)
             set_turn.append(aset.turn)
             set_episode.append(e)
             set_reward.append(ret)
@@ -210,6 +216,7 @@ def build_flat_batch(episodes: Sequence[Episode], pad_token_id: int) -> FlatBatc
         member_temperature=tuple(member_temperature),
         set_task=tuple(set_task),
         set_event=tuple(set_event),
+        set_consumed=None if all(set_consumed) else tuple(set_consumed),
         set_turn=torch.tensor(set_turn, dtype=torch.long),
         set_episode=torch.tensor(set_episode, dtype=torch.long),
         set_reward=torch.tensor(set_reward, dtype=torch.float32),

@@ -70,9 +70,11 @@ from srpo.objective.validation import check_clip
 
 ADVANTAGE_UNITS: tuple[str, ...] = ("set", "member", "episode")
 # Which group-key fields each advantage unit can be grouped by.
+# "consumed" is False for the singleton of an output its transition did not read (docs/
+# algorithms.md, "Consumed sets"): grouped by it, such singletons are centered among themselves
 GROUP_KEYS: dict[str, tuple[str, ...]] = {
-    "set": ("task", "event", "turn", "agents"),
-    "member": ("task", "event", "turn", "agent"),
+    "set": ("task", "event", "turn", "agents", "consumed"),
+    "member": ("task", "event", "turn", "agent", "consumed"),
     "episode": ("task",),
 }
 
@@ -246,6 +248,7 @@ def _unit_rewards_and_keys(spec: MethodSpec, batch: FlatBatch, keys: tuple[str, 
     if spec.advantage_unit == "episode":
         fields = {"task": batch.episode_task}
         return batch.episode_reward, list(zip(*(fields[k] for k in keys)))
+    consumed = batch.set_consumed or (True,) * batch.num_sets
     if spec.advantage_unit == "set":
         set_agents = [[] for _ in range(batch.num_sets)]
         for m, s in enumerate(batch.set_index.tolist()):
@@ -255,6 +258,7 @@ def _unit_rewards_and_keys(spec: MethodSpec, batch: FlatBatch, keys: tuple[str, 
             "event": batch.set_event,
             "turn": batch.set_turn.tolist(),
             "agents": [tuple(sorted(a)) for a in set_agents],
+            "consumed": consumed,
         }
         return batch.set_reward, list(zip(*(fields[k] for k in keys)))
     sidx = batch.set_index.tolist()
@@ -263,6 +267,7 @@ def _unit_rewards_and_keys(spec: MethodSpec, batch: FlatBatch, keys: tuple[str, 
         "event": [batch.set_event[s] for s in sidx],
         "turn": batch.set_turn[batch.set_index].tolist(),
         "agent": batch.member_agent,
+        "consumed": [consumed[s] for s in sidx],
     }
     return batch.set_reward[batch.set_index], list(zip(*(fields[k] for k in keys)))
 

@@ -258,3 +258,29 @@ def test_rollout_metrics_log_the_unconsumed_share_per_event():
     assert m["members/unconsumed_share/round-1"] == pytest.approx(1 / 6)
     assert m["event/round-1:unconsumed"] == 1.0 and m["sets/size_1"] == 1.0
     assert rollout_metrics(hand_episodes("in_set"))["members/unconsumed_share"] == 0.0
+
+
+def test_grouped_by_consumed_the_singletons_are_centered_apart_by_hand():
+    """group_keys [task, consumed]: the cut member's singleton forms a group of its own (one
+    reward: degenerate, A = 0: trained on nothing), and the consumed sets are centered without
+    it: R = [1, 0] -> +-0.5 / (std 0.7071)."""
+    spec = get_method("srpo", group_keys=["task", "consumed"], **CLIP)
+    batch = build_flat_batch(hand_episodes("singleton"), pad_token_id=0)
+    assert batch.set_consumed == (True, False, True)
+    new, old = logprob_rows(batch)
+    filled, metrics = prepare_full_step(spec, batch, old)
+    a = 0.5 / (math.sqrt(0.5) + 1e-6)
+    assert filled.set_advantages.tolist() == pytest.approx([a, 0.0, -a], abs=1e-6)
+    assert metrics["adv/degenerate_groups"] == 1.0
+    theta = new.clone().requires_grad_(True)
+    loss, _ = method_policy_loss(spec, filled, theta)
+    (grad,) = torch.autograd.grad(loss, theta)
+    assert grad[2].abs().max().item() == 0.0  # the cut member: no gradient
+    # a batch with no unconsumed set records none, and the key is constant there
+    assert build_flat_batch(hand_episodes("in_set"), pad_token_id=0).set_consumed is None
+    # the flag follows select_sets
+    assert batch.select_sets([1, 2]).set_consumed == (False, True)
+    # member-level methods can group by it too
+    grpo = get_method("grpo", group_keys=["task", "agent", "consumed"])
+    member_adv = prepare_full_step(grpo, batch, old)[0].member_advantages
+    assert member_adv[2].item() == 0.0
