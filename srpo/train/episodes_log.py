@@ -188,8 +188,10 @@ def step_files(run_dir: str | Path) -> list[tuple[Path, int]]:
     return sorted(found, key=lambda x: x[1])
 
 
-def read_records(path: str | Path) -> list[dict[str, Any]]:
-    """The lines of one episodes file; a damaged file raises ValueError naming it (and the line)."""
+def read_records(path: str | Path, *, strict: bool = False) -> list[dict[str, Any]]:
+    """The lines of one episodes file; a damaged file raises ValueError naming it (and the line).
+    Each line must be an object with a "transitions" list; strict: also every field the report
+    indexes (task_id, reward, each transition's event and members' agent and text)."""
     path = Path(path)
     try:
         with gzip.open(path, "rt", encoding="utf-8") as f:
@@ -205,7 +207,10 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
             rec = json.loads(line)
         except ValueError as e:
             raise ValueError(f"{path}: line {i + 1} is not valid JSON ({e})") from None
-        if (problem := _episode_problem(rec)) is not None:
+        problem = _episode_problem(rec) if strict else (
+            None if isinstance(rec, dict) and isinstance(rec.get("transitions"), list)
+            else "no 'transitions' list")
+        if problem is not None:
             raise ValueError(f"{path}: line {i + 1} is not an episode record ({problem})")
         out.append(rec)
     return out

@@ -106,7 +106,7 @@ def _eval_episodes(run: Path, label: str) -> dict[str, dict[str, Any]]:
     if not path.is_file():
         return {}
     try:
-        return {r["task_id"]: r for r in episodes_log.read_records(path)}
+        return {r["task_id"]: r for r in episodes_log.read_records(path, strict=True)}
     except ValueError as e:
         raise ReportError(str(e)) from None
 
@@ -172,7 +172,7 @@ def _episodes(run: Path) -> list[dict[str, Any]]:
     out = []
     for path, _ in episodes_log.step_files(run):
         try:
-            out += episodes_log.read_records(path)
+            out += episodes_log.read_records(path, strict=True)
         except ValueError as e:
             raise ReportError(str(e)) from None
     return out
