@@ -477,9 +477,10 @@ class TrainConfig(_Section):
     cut_answers: str = "score"
     # what becomes of an output a transition did not read (a cut answer the vote left out under
     # cut_answers: none): "singleton" trains it as a set of its own, credited unconsumed_reward,
-    # so it never shares the set's advantage (docs/algorithms.md, "Consumed sets"); "in_set"
-    # keeps it in the set it was produced for (the ablation: srpo before consumed sets)
-    unconsumed: str = "singleton"
+    # so it never shares the set's advantage (the definition's set; docs/algorithms.md,
+    # "Consumed sets"); "in_set" (default) keeps it in the set it was produced for: on the default
+    # job singleton gained less (+13.0 against +21.1 over 5 seeds; docs/benchmarks.md)
+    unconsumed: str = "in_set"
     unconsumed_reward: Float = 0.0
 
     @model_validator(mode="after")

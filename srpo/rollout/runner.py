@@ -165,8 +165,8 @@ class RolloutRunner:
         (train.cut_answers); evaluation runners score cut outputs.
     unconsumed, unconsumed_reward: what becomes of an output a transition names as not read
         (`ctx.transition(..., unread=...)`: a cut answer a vote leaves out): "singleton"
-        (default) trains it as a set of its own credited `unconsumed_reward` (default 0);
-        "in_set" keeps it in the transition's set (the ablation). train.unconsumed,
+        trains it as a set of its own credited `unconsumed_reward` (default 0); "in_set"
+        (default) keeps it in the transition's set. train.unconsumed,
         train.unconsumed_reward (srpo.workflows.base).
     """
 
@@ -180,7 +180,7 @@ class RolloutRunner:
         answer_key: Callable[[str], str | None] | None = None,
         overlong_penalty: float = 0.0,
         cut_answers: str = "score",
-        unconsumed: str = "singleton",
+        unconsumed: str = "in_set",
         unconsumed_reward: float = 0.0,
     ):
         if not isinstance(agents, Mapping):

@@ -15,15 +15,15 @@ Every generated output must be accounted for by exactly one transition: consumed
 named as one it did not read; an output listed twice or never is an error naming the workflow
 and the agent. That is what makes each recorded `ActiveSet` the true multi-agent action that
 SRPO updates as a unit. An output the transition did not read (a cut answer a vote leaves out,
-a query that was not run) is not a member of its set:
+a query that was not run) is named as such:
 
-        ctx.transition("vote", voters, unread=cut)   # the set is `voters`; each cut output is
-                                                     # its own singleton ("vote:unconsumed")
+        ctx.transition("vote", voters, unread=cut)   # read: `voters`; not read: `cut`
 
-An unread output is still trained (it was sampled from the policy), as a set of its own in the
-event "<event>:unconsumed" with the run's unconsumed reward (train.unconsumed_reward, default
-0: what an output that states nothing scores), so it never shares the set's advantage
-(docs/algorithms.md, "Consumed sets").
+With train.unconsumed: singleton (the definition's set) the set is `voters`, and each unread
+output is trained as a set of its own in the event "<event>:unconsumed" with the run's
+unconsumed reward (train.unconsumed_reward, default 0: what an output that states nothing
+scores), so it never shares the set's advantage. With in_set (the default, chosen by
+measurement) it stays in the set (docs/algorithms.md, "Consumed sets").
 
 Tools and multi-turn agents: any Python code may run between yields (call a retriever, a
 calculator...). `ctx.observe(out, text)` appends observation tokens to an output's response
@@ -167,9 +167,9 @@ class EpisodeContext:
     rng: a random.Random private to this episode (deterministic in seed, task, rollout).
     metadata: free-form dict copied into Episode.metadata (counts, parse failures, routes...).
     unconsumed: what `transition(..., unread=...)` does with the outputs a transition did not
-        read: "singleton" (default; each is its own set in the event "<event>:unconsumed",
-        credited `unconsumed_reward`) or "in_set" (they join the transition's set, as before
-        consumed sets existed: an ablation, train.unconsumed).
+        read: "singleton" (each is its own set in the event "<event>:unconsumed", credited
+        `unconsumed_reward`) or "in_set" (default: they join the transition's set;
+        train.unconsumed).
     workflow_name: the name recorded on the episode (a mixed workflow sets its pick's name).
     reward_fn: (task, answer text) -> reward result; what `score` calls.
     tokenize: (policy, text) -> ids without special-token additions; what `observe` calls.
@@ -179,7 +179,7 @@ class EpisodeContext:
 
     def __init__(self, task: Task, workflow_name: str, *, rollout_index: int, seed: int,
                  reward_fn: ScoreFn, tokenize: TokenizeFn, answer_key: AnswerKey | None = None,
-                 unconsumed: str = "singleton", unconsumed_reward: float = 0.0):
+                 unconsumed: str = "in_set", unconsumed_reward: float = 0.0):
         if unconsumed not in UNCONSUMED:
             raise ValueError(f"unconsumed must be one of {list(UNCONSUMED)}, got {unconsumed!r}")
         if not math.isfinite(unconsumed_reward):
@@ -264,6 +264,14 @@ class EpisodeContext:
                 unconsumed_from=event,
             ))
         return aset
+
+    def set_members(self, read: Sequence[Output], unread: Sequence[Output] = ()) -> list[Output]:
+        """The outputs `transition(event, read, unread=unread)` will put in its set: `read`, or
+        under unconsumed "in_set" all of them in generation order (for a workflow's own credit
+        over the set's members)."""
+        if self.unconsumed == "in_set" and unread:
+            return sorted([*read, *unread], key=lambda o: o.index)
+        return list(read)
 
     # ------------------------------------------------------------------ rewards
 

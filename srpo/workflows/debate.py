@@ -3,8 +3,9 @@
 All n answers of round j are read together by every debater of round j+1 (or by the final vote
 after the last round): they drive one transition, so each round is one active set of size n.
 The final vote reads only the answers that state one: an answer cut by the token budget under
-train.cut_answers: none is not consumed by it (`split_voters`), so the last round's set holds
-the others, and each cut answer is a singleton of its own ("round-r:unconsumed"). An earlier
+train.cut_answers: none is not consumed by it (`split_voters`, named unread), so under
+train.unconsumed: singleton the last round's set holds the others and each cut answer is a
+singleton of its own ("round-r:unconsumed"); under in_set (the default) it stays in the set. An earlier
 round's cut answers stay in their set: the next round's debaters read their text.
 The final answer is the majority answer of the last round (ties: the first debater's); the
 output carrying it is scored: that is the episode's reward, and held-out accuracy reads it.
@@ -113,8 +114,9 @@ class Debate(GenericRoles):
                 ctx.transition(event, [a] if is_read else [], unread=[] if is_read else [a],
                                reward=sum(ctx.score(a).values()))
             return
+        members = ctx.set_members(read, unread)  # what the set will hold (train.unconsumed)
         ctx.transition(event, read, unread=unread,
-                       reward=self._round_credit(ctx, r, read) if read else None)
+                       reward=self._round_credit(ctx, r, members) if members else None)
 
     def _round_credit(self, ctx: EpisodeContext, r: int, answers: list) -> float | None:
         """credit "debaters": (1/n) sum_i R(answer_i), R the weighted sum of the reward's

@@ -59,11 +59,12 @@ def default_script(req) -> str:
 
 def scripted_runner(tok, script=default_script, *, policies=("shared",), policy_of=None,
                     reward=None, logprob=None, seed=0, overlong_penalty=0.0, cut_answers="score",
-                    **agent_kw):
+                    unconsumed="singleton", **agent_kw):
     backend = ScriptedBackend(PolicySet.scripted(tok, policies), script, logprob=logprob)
     runner = RolloutRunner(make_agents(policy_of, **agent_kw), backend,
                            reward or MathReward(correct_weight=1.0, format_weight=0.1),
-                           seed=seed, overlong_penalty=overlong_penalty, cut_answers=cut_answers)
+                           seed=seed, overlong_penalty=overlong_penalty, cut_answers=cut_answers,
+                           unconsumed=unconsumed)
     return runner, backend
 
 

@@ -13,6 +13,7 @@ from rollout_helpers import make_tasks, scripted_runner, tok  # noqa: F401 (tok 
 from srpo.build import build_rollout
 from srpo.config import ConfigError, load_config
 from srpo.rollout.overlong import apply_overlong_penalty, check_penalty, cut_share
+from srpo.rollout.runner import rollout_metrics
 from srpo.train.evaluate import greedy_runner
 from srpo.types import ActiveSet, Member
 from srpo.workflows import Continue, Request, build_workflow
@@ -220,3 +221,19 @@ def test_own_credit_gives_each_answer_its_own_set_and_reward(tok):  # noqa: F811
     wf = build_workflow("debate", {"debaters": ["debater", "debater"], "rounds": 2, "credit": "own"})
     ep = runner.run(make_tasks(1), wf).episodes[0]
     assert [(s.event, s.size) for s in ep.transitions] == [("round-1", 1)] * 2 + [("round-2", 1)] * 2
+
+
+def test_in_set_keeps_the_sets_and_credits_srpo_had_before_consumed_sets(tok):  # noqa: F811
+    """train.unconsumed: in_set (the default) gives exactly the old sets: every answer in the
+    vote's set, in generation order, and a per-debater credit over all of them."""
+    wf = build_workflow("debate", {"debaters": ["checker", "debater", "debater"], "rounds": 1,
+                                   "credit": "debaters"})
+    runner, _ = scripted_runner(tok, wrong_debater, max_new_tokens=16, cut_answers="none",
+                                unconsumed="in_set")
+    ep = runner.run(make_tasks(1), wf).episodes[0]
+    assert [(s.event, s.agents) for s in ep.transitions] == [("round-1", ("checker", "debater", "debater"))]
+    assert ep.transitions[0].reward == pytest.approx((0.0 + 0.1 + 0.1) / 3)
+    assert rollout_metrics([ep])["members/unconsumed_share"] == 0.0
+    # and it is the default of the runner and of the config
+    assert type(runner)(runner.agents, runner.backend, runner.reward_fn).unconsumed == "in_set"
+    assert load_config(SMOKE).train.unconsumed == "in_set"

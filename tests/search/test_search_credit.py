@@ -67,7 +67,8 @@ def episode(respond, params=None, tasks=None):
                         sampling=SamplingParams(max_new_tokens=64, stop=("</search>",)))
               for r in ROLES]
     backend = ScriptedBackend(PolicySet.scripted(TOK, ("shared",)), respond, logprob=-1.0)
-    runner = RolloutRunner(agents, backend, REWARD)
+    # the definition's sets: an invalid writer is not consumed (train.unconsumed: singleton)
+    runner = RolloutRunner(agents, backend, REWARD, unconsumed="singleton")
     env = SearchEnv(KeywordRetriever(), top_k=2)
     wf = build_workflow("search_parallel", {"writers": ["writer_a", "writer_b"], "rounds": 2,
                                             **(params or {})}).with_environment(env)
@@ -246,3 +247,19 @@ def test_a_one_task_rollout_of_the_study_config_runs_on_the_tiny_model(tmp_path,
             md[f"retrieval_credit_r{i}"] for i in range(1, len(query_sets) + 1)]
         assert all(t["return"] == r["reward"] for t in r["transitions"]
                    if t["event"].startswith("read-"))
+
+
+def test_in_set_keeps_an_invalid_round_as_one_set_with_its_retrieval_credit():
+    """train.unconsumed: in_set (the default): LATE's round 1, where neither writer's query ran,
+    stays one "query-1" set of 2 credited its retrieval's 0, as before consumed sets."""
+    agents = [AgentSpec(r, system_prompt=f"You are {r}.",
+                        sampling=SamplingParams(max_new_tokens=64, stop=("</search>",)))
+              for r in ROLES]
+    backend = ScriptedBackend(PolicySet.scripted(TOK, ("shared",)), LATE, logprob=-1.0)
+    runner = RolloutRunner(agents, backend, REWARD)
+    env = SearchEnv(KeywordRetriever(), top_k=2)
+    wf = build_workflow("search_parallel", {"writers": ["writer_a", "writer_b"], "rounds": 2,
+                                            **RETRIEVAL}).with_environment(env)
+    (late,) = runner.run([task()], wf, group_size=1).episodes
+    assert [(s.event, s.size, s.reward) for s in late.transitions] == [
+        ("query-1", 2, 0.0), ("read-1", 1, None), ("query-2", 2, 1.0), ("read-2", 1, None)]

@@ -61,7 +61,8 @@ def runner_for(script, *, stop=STOP, logprob=-1.0, max_new_tokens=96):
                         sampling=SamplingParams(max_new_tokens=max_new_tokens, stop=stop))
               for r in ("searcher", "query_writer", "answerer", "planner", "router")]
     backend = ScriptedBackend(PolicySet.scripted(TOK, ("shared",)), script, logprob=logprob)
-    return RolloutRunner(agents, backend, REWARD), backend
+    # the definition's sets: an invalid writer is not consumed (train.unconsumed: singleton)
+    return RolloutRunner(agents, backend, REWARD, unconsumed="singleton"), backend
 
 
 def search_env(**kw):

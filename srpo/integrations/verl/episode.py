@@ -43,7 +43,7 @@ class EpisodeSetup:
     policy: str  # the one policy verl trains (every agent names it)
     answer_key: Callable[[str], str | None] | None = None  # the task pack's (majority votes)
     # what becomes of an output a transition did not read (train.unconsumed, srpo.workflows.base)
-    unconsumed: str = "singleton"
+    unconsumed: str = "in_set"
     unconsumed_reward: float = 0.0
 
 

@@ -243,9 +243,10 @@ class SearchParallel(_SearchRoles):
     and replies <answer>...</answer>, or says what is missing: then round r+1 (up to `rounds`;
     the last round's answerer is told to answer). Its output is the set "read-r" (size 1).
     Reward: the last answerer's output. A writer output without a valid query is counted in
-    search_invalid; the retrieval ran nothing of it, so it is not consumed: the set "query-r"
-    holds the writers whose queries ran, and each invalid writer is a singleton of its own
-    ("query-r:unconsumed", credited train.unconsumed_reward; srpo.workflows.base).
+    search_invalid; the retrieval ran nothing of it, so it is not consumed (named unread):
+    under train.unconsumed: singleton the set "query-r" holds the writers whose queries ran and
+    each invalid writer is a singleton of its own ("query-r:unconsumed", credited
+    train.unconsumed_reward); under in_set (the default) it stays in the set.
 
     credit: what each "query-r" set is credited with (the "read-r" sets always get the
     episode's outcome, and the episode's reward is the same either way):
@@ -380,7 +381,8 @@ class SearchParallel(_SearchRoles):
                                                earlier)
                 credits.append(reward)
                 ctx.metadata[f"retrieval_credit_r{r}"] = reward
-            ctx.transition(f"query-{r}", read, unread=unread, reward=reward if read else None)
+            # the round's credit is its retrieval's, whoever the set holds (train.unconsumed)
+            ctx.transition(f"query-{r}", read, unread=unread, reward=reward)
             found = env.information(stats).strip()
             last = r == self.rounds
             reader = yield Request(self.answerer, self.read_prompt.format(
