@@ -30,10 +30,10 @@ from srpo.rollout.overlong import CUT, apply_overlong_penalty, check_penalty
 from srpo.rollout.policies import check_policy_names
 from srpo.types import Episode, Task
 from srpo.workflows.base import (
+    UNCONSUMED,
     Continue,
     EpisodeContext,
     Output,
-    UNCONSUMED,
     Request,
     Workflow,
     normalize_reward,
@@ -481,6 +481,8 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     sets/size_<k>: number of active sets of size k; sets/count, members/count;
     event/<key>: sets per event key; workflow/<name>: episodes per workflow;
     tokens/generated: trained (loss_mask 1) tokens; length/<agent>: mean response length;
+    answers/top_share: share of episodes whose final answer (metadata extracted_answer) is the
+    most common one (absent when no episode records one);
     stop/length: share of members cut by the token budget; members/empty: members whose
     response is only the eos token; members/unconsumed_share: the share of outputs no
     transition read (singletons of `unread` outputs), and members/unconsumed_share/<event>
@@ -525,6 +527,12 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     out["members/empty"] = float(empty)
     out["stop/length"] = stopped_by_length / members if members else 0.0
     out["members/unconsumed_share"] = sum(unread.values()) / members if members else 0.0
+    # the share of episodes whose final answer (what the reward read: metadata extracted_answer)
+    # is the most common one; a constant answer is a drift (srpo.train.drift)
+    answers = Counter(e.metadata["extracted_answer"] for e in episodes
+                      if e.metadata.get("extracted_answer") is not None)
+    if answers:
+        out["answers/top_share"] = answers.most_common(1)[0][1] / len(episodes)
     for k in sorted(produced):
         out[f"members/unconsumed_share/{k}"] = unread[k] / produced[k]
     out["tokens/generated"] = float(generated)

@@ -39,6 +39,7 @@ from srpo.train import episodes_log
 from srpo.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
 from srpo.train.console import PhaseTimer, step_line, write_report_or_say_why
 from srpo.train.distributed import barrier, broadcast_from_main, close_distributed, init_distributed
+from srpo.train.drift import DriftWatch
 from srpo.train.episodes_log import UpdateRecord
 from srpo.train.evaluate import EvalResult
 from srpo.train.forward import BatchLogprobs, check_training_sampling
@@ -238,6 +239,7 @@ class Trainer:
         cfg, t, main = self.cfg, self.cfg.train, self.dist.is_main
         logger, result = self._begin()
         run_bar = self.progress.bar("train", total=t.steps, completed=self.step, info="steps")
+        drift = DriftWatch()  # a rambling or constant-answer drift, said when it starts
         try:
             while self.step < t.steps:
                 timer = PhaseTimer()
@@ -272,6 +274,8 @@ class Trainer:
                 result.history.append(metrics)
                 if main:
                     self.progress.line(step_line(self.step, t.steps, metrics, timer))
+                    for warning in drift.check({"step": self.step, **metrics}):
+                        self.progress.line(warning.line())
                 run_bar.advance()
                 every = cfg.checkpoint.every
                 if self.step == t.steps or (every and self.step % every == 0):

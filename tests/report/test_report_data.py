@@ -157,3 +157,23 @@ def test_missing_or_damaged_run_directories_are_named(tmp_path, smoke_run, capsy
     (run / "metrics.jsonl").unlink()
     with pytest.raises(ReportError, match="has no metrics.jsonl"):
         collect_run(run)
+
+
+def test_the_report_carries_the_drift_warnings_of_its_metrics_log(smoke_run, tmp_path):
+    """A copy of the real run whose log's cut share climbs past 75% from step 2: the report's
+    data holds the warning the console would have printed, recomputed from metrics.jsonl."""
+    run = tmp_path / "run"
+    shutil.copytree(smoke_run.run_dir, run, ignore=shutil.ignore_patterns(".srpo.lock"))
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    rows = [json.loads(x) for x in lines]
+    shares = iter([0.5, 0.8, 0.9])
+    for r in rows:
+        if "loss" in r:
+            r["rollout/stop/length"] = next(shares)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    warnings = collect_run(run)["warnings"]
+    assert len(warnings) == 1 and warnings[0].startswith("warning: step 2: 80% of the training outputs were cut")
+    # the unmodified run: exactly what the trainer's own function finds in its rows
+    from srpo.train.drift import drift_warnings
+
+    assert collect_run(smoke_run.run_dir)["warnings"] == [w.line() for w in drift_warnings(smoke_run.train_rows())]

@@ -16,6 +16,7 @@ from typing import Any
 from srpo.config.errors import ConfigError
 from srpo.config.yaml_reader import load_yaml, read_config_text
 from srpo.train import episodes_log
+from srpo.train.drift import drift_warnings
 from srpo.train.metrics_log import read_metrics
 from srpo.train.stats import paired_comparison
 
@@ -192,6 +193,8 @@ def collect_run(run_dir: str | Path) -> dict[str, Any]:
         "config": cfg,
         "budget": _budget(cfg, train),
         "metrics": _series(train),
+        # drifts the console warned about, recomputed from the whole log (srpo.train.drift)
+        "warnings": [w.line() for w in drift_warnings(train)],
         "eval_rows": [{k: _finite(v) for k, v in r.items()} for r in evals],
         "evaluation": _evaluation(run),
         "episodes": _episodes(run),

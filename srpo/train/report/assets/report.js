@@ -35,6 +35,7 @@
       ["episodes kept for this report", D.episodes.length],
     ];
     for (const [k, v] of rows) $("budget").append(el("tr", {}, el("td", { text: k }), el("td", { text: String(v) })));
+    for (const w of D.warnings || []) $("budget").before(el("p", { class: "warn", "data-testid": "drift", text: w }));
     const acc = $("accuracy");
     const ev = D.evaluation;
     if (!ev.runs.length) acc.append(el("p", { class: "hint", text: "No evaluation in this run (eval.size 0)." }));
