@@ -140,7 +140,7 @@ def markdown(rows: list[dict], tests: dict) -> str:
             f"{100 * h['diff']:+.1f} [{100 * h['low']:+.1f}, {100 * h['high']:+.1f}] | {h['p']:.2g} | "
             f"{fmt(r['before']['cut_share'])} -> {fmt(r['after']['cut_share'])} | "
             f"{fmt(r['before']['top_answer_share'])} -> {fmt(r['after']['top_answer_share'])} | "
-            f"{min(info, default=0)}-{max(info, default=0)} | {r['commit']}{'-dirty' if r['dirty'] else ''} |")
+            f"{min(info, default=0):.0f}-{max(info, default=0):.0f} | {r['commit']}{'-dirty' if r['dirty'] else ''} |")
     if tests:
         lines += ["", "| test | minus | pairs | mean difference, points [95% CI] | sign-flip p | Holm p | verdict |",
                   "|---|---|---|---|---|---|---|"]
