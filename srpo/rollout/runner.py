@@ -481,6 +481,7 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     sets/size_<k>: number of active sets of size k; sets/count, members/count;
     event/<key>: sets per event key; workflow/<name>: episodes per workflow;
     tokens/generated: trained (loss_mask 1) tokens; length/<agent>: mean response length;
+    members/empty_share: the share of members whose response is only the eos token;
     answers/top_share: share of episodes whose final answer (metadata extracted_answer) is the
     most common one (absent when no episode records one);
     stop/length: share of members cut by the token budget; members/empty: members whose
@@ -525,6 +526,7 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     out["sets/count"] = float(sum(sizes.values()))
     out["members/count"] = float(members)
     out["members/empty"] = float(empty)
+    out["members/empty_share"] = empty / members if members else 0.0
     out["stop/length"] = stopped_by_length / members if members else 0.0
     out["members/unconsumed_share"] = sum(unread.values()) / members if members else 0.0
     # the share of episodes whose final answer (what the reward read: metadata extracted_answer)

@@ -1,13 +1,15 @@
 """Drift warnings: a run that drifts says so while it trains, not only at the final evaluation.
 
-Two drifts have made the default recipe worse on tasks it was not tuned on (docs/benchmarks.md):
-answers that ramble until the token budget cuts most of them, and one constant answer (the
-most common gold) that the reward pays without the skill. Each step's rollout metrics carry
-both (srpo.rollout.runner.rollout_metrics):
+Three drifts have made the default recipe worse on tasks it was not tuned on
+(docs/benchmarks.md): answers that ramble until the token budget cuts most of them, one
+constant answer (the most common gold) that the reward pays without the skill, and answers that
+shrink to nothing (the policy says eos at once). Each step's rollout metrics carry all three
+(srpo.rollout.runner.rollout_metrics):
 
     rollout/stop/length         share of the step's outputs cut by the token budget
     rollout/answers/top_share   share of the step's episodes whose final answer is the step's
                                 most common one
+    rollout/members/empty_share share of the step's outputs that are empty (eos at once)
 
 A warning fires the first step a share reaches its threshold after having started below it
 (step 1's value is the run's start: a task where most answers are cut from the first step is
@@ -15,6 +17,7 @@ not a drift), once per kind per run:
 
     CUT_SHARE_WARN = 0.75       three answers in four cut
     TOP_ANSWER_WARN = 0.5       the held-out evaluation's own flag (srpo.train.evaluate)
+    EMPTY_SHARE_WARN = 0.25     one output in four empty
 
 The trainer prints each warning as one line on the console (after a resume its watch starts
 again at the resumed step); the report recomputes them from the whole metrics.jsonl with the
@@ -28,11 +31,14 @@ from dataclasses import dataclass
 
 CUT_SHARE_WARN = 0.75
 TOP_ANSWER_WARN = 0.5
+EMPTY_SHARE_WARN = 0.25
 WATCHED = (
     ("rollout/stop/length", CUT_SHARE_WARN, ("of the training outputs were cut by the token budget "
      "(sampling.max_new_tokens): answers are rambling; consider train.cut_answers / the budget")),
     ("rollout/answers/top_share", TOP_ANSWER_WARN, ("of the training episodes gave the same final "
      "answer: a near-constant answer the reward may pay without the skill")),
+    ("rollout/members/empty_share", EMPTY_SHARE_WARN, ("of the training outputs were empty (eos at "
+     "once): the policy is collapsing to saying nothing")),
 )
 
 

@@ -77,7 +77,7 @@ METRICS: tuple[Metric, ...] = tuple(
                "rollout/workflow/{workflow}")
     + _declare("rollout", "mean", "rollout/reward/{component}", "rollout/stop/length",
                "rollout/members/unconsumed_share", "rollout/members/unconsumed_share/{event}",
-               "rollout/answers/top_share",
+               "rollout/answers/top_share", "rollout/members/empty_share",
                "rollout/length/{agent}", "rollout/episode/{key}")
     # dynamic sampling, once per step (srpo.train.sampling)
     + _declare("dynamic sampling", "sum", "rollout/dynamic/draws", "rollout/dynamic/informative_tasks",

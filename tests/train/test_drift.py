@@ -48,3 +48,15 @@ def test_rollout_metrics_give_the_top_answer_share_of_the_episodes():
     assert rollout_metrics(eps)["answers/top_share"] == pytest.approx(2 / 4)
     plain = [Episode(task, "debate", [ActiveSet((member(),), "round-1", "t")], 0.0)]
     assert "answers/top_share" not in rollout_metrics(plain)  # no episode records an answer
+
+
+def test_a_collapse_to_empty_outputs_warns():
+    """chain_sum seed 0 of the untuned benchmark (2026-12-06): empty outputs 0 -> 46% of 216 by
+    step 15; the warning fires at the first step at or past 25%."""
+    from srpo.train.drift import EMPTY_SHARE_WARN
+
+    rs = [{"step": i + 1, "loss": 0.0, "rollout/members/empty_share": v}
+          for i, v in enumerate([0.0, 0.005, 0.03, 0.12, 0.54, 0.46])]
+    (w,) = drift_warnings(rs)
+    assert (w.step, w.key, EMPTY_SHARE_WARN) == (5, "rollout/members/empty_share", 0.25)
+    assert "collapsing to saying nothing" in w.line()
