@@ -45,6 +45,8 @@ TASKS: dict[str, tuple[str, str]] = {
                         "pattern / logic"),
     "number_format": ("{min_num_candidates: 2, max_num_candidates: 2, min_n: 1, max_n: 100}", "comparison"),
     "count_primes": ("{min_n: 1, max_n: 100}", "counting"),
+    # the default job's own task (basic_arithmetic, 2 one-digit terms): no task override
+    "default": ("", "the default job"),
 }
 # the preregistered study's tasks (docs/results.md, "Credit in debate")
 STUDY_TASKS = ("chain_sum", "lcm", "number_sequence", "aiw")
@@ -55,6 +57,10 @@ ARMS: dict[str, list[str]] = {
     "srpo_today": ["train.method=srpo", "train.unconsumed=in_set"],
     "grpo_own": ["train.method=grpo", "train.unconsumed=singleton", "workflow.params.credit=own"],
     "magrpo": ["train.method=magrpo", "train.unconsumed=singleton"],
+    # issue 50's candidate C (results/bench/consumed_sets_2026-12-06/PLAN.md): today's sets, and
+    # a step that dynamic sampling could not fill makes an update scaled to its signal
+    "srpo_scaled": ["train.method=srpo", "train.unconsumed=in_set",
+                    "train.dynamic_sampling_short_steps=scaled"],
 }
 STUDY_ARMS = ("srpo_consumed", "srpo_today", "grpo_own", "magrpo")
 BASELINE = "srpo_consumed"  # D1-D3: this arm minus each other
@@ -65,8 +71,8 @@ def run_name(arm: str, task: str, seed: int) -> str:
 
 
 def overrides(arm: str, task: str, seed: int) -> list[str]:
-    return [f"task.dataset={task}", f"task.difficulty={TASKS[task][0]}", f"seed={seed}",
-            "train.threads=1", *ARMS[arm]]
+    on_task = [] if task == "default" else [f"task.dataset={task}", f"task.difficulty={TASKS[task][0]}"]
+    return [*on_task, f"seed={seed}", "train.threads=1", *ARMS[arm]]
 
 
 def heldout_shares(run_dir: Path, when: str) -> dict:

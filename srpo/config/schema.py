@@ -23,6 +23,7 @@ from pydantic import (
 from srpo.config.errors import ConfigError, config_error
 from srpo.config.paths import FileReference, ModelPath
 from srpo.models.precision import DTYPE_SETTINGS
+from srpo.objective.aggregation import SHORT_STEPS
 from srpo.objective.methods import get_method
 from srpo.packs import get_pack
 from srpo.rollout.agents import SamplingParams
@@ -460,6 +461,12 @@ class TrainConfig(_Section):
     # in draw order: the same tasks and choice, more rows per generate call, and the draws a
     # sequential step would have stopped before are generated anyway (docs/training.md)
     dynamic_sampling_at_once: bool = False
+    # a step where dynamic sampling kept k < tasks_per_step informative tasks: "full" averages
+    # its loss over the sets it kept (a full-size update on little signal); "scaled" multiplies
+    # that loss by k / tasks_per_step, as if the missing tasks were kept with advantage 0 (what
+    # a step without dynamic sampling does with its uninformative tasks): a step with little
+    # signal makes a small update (docs/training.md, "Short steps")
+    dynamic_sampling_short_steps: str = "full"
     threads: int | None = None  # torch CPU threads (None = torch's default)
     # truncated importance sampling (docs/algorithms.md): weight each ratio unit's loss by
     # min(pi_old / pi_sampler, tis_cap), the sampler's recorded log-probs against the trainer's
@@ -504,6 +511,11 @@ class TrainConfig(_Section):
                               f"weight kept), got {self.tis_cap}")
         one_of("train.cut_answers", self.cut_answers, CUT_ANSWERS)
         one_of("train.unconsumed", self.unconsumed, UNCONSUMED)
+        one_of("train.dynamic_sampling_short_steps", self.dynamic_sampling_short_steps, SHORT_STEPS)
+        if self.dynamic_sampling_short_steps != "full" and not self.dynamic_sampling:
+            raise ConfigError("train.dynamic_sampling_short_steps: "
+                              f"{self.dynamic_sampling_short_steps!r} needs train.dynamic_sampling: "
+                              "true (without it every step keeps all its tasks)")
         if not math.isfinite(self.unconsumed_reward):
             raise ConfigError(f"train.unconsumed_reward must be finite, got {self.unconsumed_reward}")
         if not math.isfinite(self.overlong_penalty):

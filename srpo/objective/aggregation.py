@@ -39,6 +39,30 @@ AGGREGATIONS: tuple[str, ...] = (
 )
 
 
+# train.dynamic_sampling_short_steps: how a step that dynamic sampling could not fill is weighted
+SHORT_STEPS: tuple[str, ...] = ("full", "scaled")
+
+
+def short_step_scale(mode: str, kept_tasks: int, tasks_per_step: int) -> float:
+    """The factor on the loss of a step that kept `kept_tasks` informative tasks of the
+    `tasks_per_step` planned (dynamic sampling, srpo.train.sampling).
+
+    "full": 1, the loss is the aggregation's mean over the sets kept, so 1 informative task makes
+    the update 6 would. "scaled": kept_tasks / tasks_per_step (at most 1), the loss the step would
+    have if the missing tasks were kept with advantage 0 (what a step without dynamic sampling
+    does: its uninformative tasks count in N_sets and add 0), so the update shrinks with the
+    signal. A step with 0 kept tasks trains on a draw whose advantages are all 0: its loss is 0
+    either way.
+    """
+    if mode not in SHORT_STEPS:
+        raise ValueError(f"unknown train.dynamic_sampling_short_steps {mode!r}; choose one of {list(SHORT_STEPS)}")
+    if tasks_per_step < 1 or kept_tasks < 0:
+        raise ValueError(f"kept_tasks must be >= 0 and tasks_per_step >= 1, got {kept_tasks}, {tasks_per_step}")
+    if mode == "full":
+        return 1.0
+    return min(kept_tasks, tasks_per_step) / tasks_per_step
+
+
 def check_aggregation(name: str) -> None:
     if name not in AGGREGATIONS:
         raise ValueError(f"unknown loss aggregation {name!r}; choose one of {list(AGGREGATIONS)}")

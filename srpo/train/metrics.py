@@ -82,6 +82,7 @@ METRICS: tuple[Metric, ...] = tuple(
     # dynamic sampling, once per step (srpo.train.sampling)
     + _declare("dynamic sampling", "sum", "rollout/dynamic/draws", "rollout/dynamic/informative_tasks",
                "rollout/dynamic/dropped_episodes", "rollout/dynamic/dropped_tokens")
+    + _declare("dynamic sampling", "mean", "rollout/dynamic/loss_scale")
     # held-out evaluation (srpo.train.evaluate.EvalResult.metrics)
     + _declare("eval", "mean", "eval/accuracy", "eval/ci_low", "eval/ci_high", "eval/agent/{agent}",
                "eval/top_answer_share")

@@ -17,6 +17,7 @@ import torch
 
 from srpo.batch import FlatBatch, build_flat_batch
 from srpo.config import Config
+from srpo.objective.aggregation import short_step_scale
 from srpo.objective.methods import MethodSpec, informative_sets, prepare_step
 from srpo.rollout.policies import PolicySet
 from srpo.rollout.runner import rollout_metrics
@@ -50,6 +51,8 @@ class StepRollout:
     generated: list[Episode]  # everything generated (dynamic sampling's dropped draws too)
     metrics: dict[str, float]  # rollout/dynamic/* (empty without dynamic sampling)
     prepared: tuple[FlatBatch, dict[str, float]] | None = None  # `prepare` of episodes, if made
+    # the factor on the step's loss (train.dynamic_sampling_short_steps; 1 without dynamic sampling)
+    loss_scale: float = 1.0
 
 
 class Sampler:
@@ -147,12 +150,14 @@ class Sampler:
         tokens = rollout_metrics(dropped).get("tokens/generated", 0.0) if dropped else 0.0
         whole = [p for episodes, p in judged_batches if len(episodes) == len(kept)
                  and all(a is b for a, b in zip(episodes, kept))]
+        scale = short_step_scale(t.dynamic_sampling_short_steps, len(kept_tasks), t.tasks_per_step)
         return StepRollout(kept, generated, {
             "rollout/dynamic/draws": float(n_draws),
+            "rollout/dynamic/loss_scale": scale,
             "rollout/dynamic/informative_tasks": float(len(kept_tasks)),
             "rollout/dynamic/dropped_episodes": float(len(dropped)),
             "rollout/dynamic/dropped_tokens": float(tokens),
-        }, whole[0] if whole else None)
+        }, whole[0] if whole else None, scale)
 
     def _keep_informative(self, pending: list[Episode], kept_tasks: list[str], kept: list[Episode]
                           ) -> tuple[list[str], list[Episode], tuple[FlatBatch, dict[str, float]]]:

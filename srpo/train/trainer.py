@@ -196,13 +196,14 @@ class Trainer:
         return self.updater.logprobs(policies, batch, with_entropy=with_entropy)
 
     def update(self, batch: FlatBatch, record: UpdateRecord | None = None, *,
-               skipped: list[bool] | None = None) -> dict[str, float]:
+               skipped: list[bool] | None = None, loss_scale: float = 1.0) -> dict[str, float]:
         """K epochs of whole-set minibatches over the rollout batch (srpo.train.update). skipped:
         the sets left out, as the loop derived them (None: derived here). record: filled with
-        each computed set's log-ratio and clipped share (the episode browser's; not the loss)."""
+        each computed set's log-ratio and clipped share (the episode browser's; not the loss).
+        loss_scale: the factor on every optimizer step's loss (StepRollout.loss_scale)."""
         skipped = self._skipped_sets(batch).tolist() if skipped is None else skipped
         with self.progress.bar("update", total=None, transient=True, info="forward and backward") as bar:
-            return self.updater.run(batch, skipped, record, bar, step=self.step)
+            return self.updater.run(batch, skipped, record, bar, step=self.step, loss_scale=loss_scale)
 
     def evaluate(self, label: str) -> EvalResult | None:
         """Held-out accuracy, on rank 0 (the others wait); files under RUN/eval (srpo.train.heldout)."""
@@ -256,7 +257,7 @@ class Trainer:
                     batch = dataclasses.replace(batch, old_logprobs=old, ref_logprobs=ref)
                 record = UpdateRecord(batch.num_sets)
                 with timer("update"):
-                    upd = self.update(batch, record, skipped=skipped)
+                    upd = self.update(batch, record, skipped=skipped, loss_scale=rollout.loss_scale)
                 self.step += 1
                 if main:
                     self._keep_episodes(rollout.episodes, batch, record, skipped)

@@ -129,11 +129,13 @@ class PolicyUpdate:
     # ---------------------------------------------------------------- the update
 
     def run(self, batch: FlatBatch, skipped: list[bool], record: UpdateRecord | None, bar: Bar,
-            *, step: int) -> dict[str, float]:
+            *, step: int, loss_scale: float = 1.0) -> dict[str, float]:
         """K epochs over the rollout batch; each is exactly `minibatches` optimizer steps of whole
         sets (srpo.batch.split_sets), the same count on every rank. skipped: [S] sets left out
         (their loss and gradient are 0). record: filled with each computed set's log-ratio and
-        clipped share (the episode browser's). step: the run's step (for error messages)."""
+        clipped share (the episode browser's). step: the run's step (for error messages).
+        loss_scale: a factor on every optimizer step's aggregation weights, so on its loss and
+        gradient (train.dynamic_sampling_short_steps: a step with little signal, a small update)."""
         t = self.train
         for model in self.policies.models():
             model.train()
@@ -142,7 +144,7 @@ class PolicyUpdate:
         counter = MicroBatchCounter(bar, optimizer_steps=t.epochs * t.minibatches)
         for _ in range(t.epochs):
             for set_ids in split_sets(batch, t.minibatches):
-                weighted = self._weighted_step(batch, set_ids)
+                weighted = self._weighted_step(batch, set_ids, loss_scale)
                 for opt in self.optimizers.values():
                     opt.zero_grad(set_to_none=True)
                 steps.append(self._accumulate_gradients(weighted, set_ids, skipped, record, counter, step))
@@ -150,13 +152,17 @@ class PolicyUpdate:
                 counter.step_done()
         return self._metrics(batch, skipped, steps, grad_norms)
 
-    def _weighted_step(self, batch: FlatBatch, set_ids: list[int]) -> FlatBatch:
+    def _weighted_step(self, batch: FlatBatch, set_ids: list[int], loss_scale: float = 1.0) -> FlatBatch:
         """The sets of one optimizer step, with their weights. N_sets and every other count are
         those of this optimizer step (all ranks), skipped sets included: the weights of the sets
-        that are computed do not depend on which are skipped."""
+        that are computed do not depend on which are skipped. loss_scale multiplies every weight."""
         sub = batch.select_sets(set_ids)
         totals = sum_counts(self.dist, step_counts(sub)) if self.dist.active else None
-        return with_step_weights(self.spec, sub, totals=totals)
+        weighted = with_step_weights(self.spec, sub, totals=totals)
+        if loss_scale == 1.0:
+            return weighted
+        return dataclasses.replace(weighted, member_weights=weighted.member_weights * loss_scale,
+                                   set_weights=weighted.set_weights * loss_scale)
 
     def _accumulate_gradients(self, weighted: FlatBatch, set_ids: list[int], skipped: list[bool],
                               record: UpdateRecord | None, counter: MicroBatchCounter, step: int) -> dict[str, float]:

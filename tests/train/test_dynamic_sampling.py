@@ -4,6 +4,7 @@ logged and counted in the rollout budget."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,61 @@ def test_drawing_at_once_rolls_out_every_draw_in_one_rollout_and_keeps_in_draw_o
     (row,) = _trainer(tmp_path / "run", "train.dynamic_sampling=true",
                       "train.dynamic_sampling_at_once=true").train().history
     assert row["rollout/episodes"] == 24
+
+
+# ------------------------------------------------ short steps (train.dynamic_sampling_short_steps)
+
+def test_short_step_scale_by_hand():
+    from srpo.objective.aggregation import short_step_scale
+
+    assert short_step_scale("full", 1, 6) == 1.0
+    assert short_step_scale("scaled", 1, 6) == pytest.approx(1 / 6)
+    assert short_step_scale("scaled", 6, 6) == 1.0
+    assert short_step_scale("scaled", 0, 6) == 0.0
+    with pytest.raises(ValueError, match="dynamic_sampling_short_steps 'tiny'"):
+        short_step_scale("tiny", 1, 6)
+    with pytest.raises(ValueError, match="tasks_per_step >= 1"):
+        short_step_scale("scaled", 1, 0)
+
+
+def test_short_steps_setting_is_checked(tmp_path):
+    from srpo.config.schema import ConfigError
+
+    with pytest.raises(ConfigError, match="train.dynamic_sampling_short_steps"):
+        load_config(SMOKE, [f"output_dir={tmp_path}", "train.dynamic_sampling=true",
+                            "train.dynamic_sampling_short_steps=half"])
+    with pytest.raises(ConfigError, match="needs train.dynamic_sampling: true"):
+        load_config(SMOKE, [f"output_dir={tmp_path}", "train.dynamic_sampling_short_steps=scaled"])
+
+
+def test_a_short_step_scaled_makes_the_update_its_share_of_the_plan(tmp_path):
+    """With the draw cap at 1, the step keeps k < 4 informative tasks: "scaled" multiplies its loss
+    by k / 4, so every gradient of the first optimizer step is k / 4 of the "full" one (the same
+    rollout, the same weights before the step); after it, AdamW differs only through that factor."""
+    import torch
+
+    grads = {}
+    for mode in ("full", "scaled"):
+        trainer = _trainer(tmp_path / mode, "train.dynamic_sampling=true", "train.dynamic_sampling_max_draws=1",
+                           f"train.dynamic_sampling_short_steps={mode}", "train.grad_clip=0")
+        step = trainer.rollout_step(0)
+        k = step.metrics["rollout/dynamic/informative_tasks"]
+        assert 0 < k < 4
+        assert step.metrics["rollout/dynamic/loss_scale"] == step.loss_scale == (1.0 if mode == "full" else k / 4)
+        batch, _ = step.prepared or prepare_step(trainer.spec, build_flat_batch(step.episodes, trainer.pad_id), None)
+        skipped = trainer._skipped_sets(batch).tolist()
+        old, ref, _ = trainer.old_and_ref_logprobs(batch, [s for s in range(batch.num_sets) if not skipped[s]])
+        batch = dataclasses.replace(batch, old_logprobs=old, ref_logprobs=ref)
+        captured: list[torch.Tensor] = []
+
+        def keep_gradient(opt, args, kwargs, into=captured):  # the gradient the optimizer sees
+            into.append(torch.cat([p.grad.flatten() for g in opt.param_groups for p in g["params"]
+                                   if p.grad is not None]))
+
+        for opt in trainer.updater.optimizers.values():
+            opt.register_step_pre_hook(keep_gradient)
+        trainer.update(batch, skipped=skipped, loss_scale=step.loss_scale)
+        grads[mode] = (torch.cat(captured), step.loss_scale)
+    full, scaled = grads["full"][0], grads["scaled"][0]
+    assert full.abs().sum() > 0
+    torch.testing.assert_close(scaled, full * grads["scaled"][1], rtol=1e-5, atol=1e-9)
