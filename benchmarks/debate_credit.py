@@ -50,6 +50,12 @@ TASKS: dict[str, tuple[str, str]] = {
 }
 # the preregistered study's tasks (docs/results.md, "Credit in debate")
 STUDY_TASKS = ("chain_sum", "lcm", "number_sequence", "aiw")
+# issue 50's target: the screened tasks with base sampled answer success >= 5% must gain on every
+# seed (results/bench/untuned_screen_2026-12-06); the other two only must not lose
+GAIN_TASKS = ("chain_sum", "gcd", "lcm", "letter_counting", "aiw", "number_sequence")
+UNTUNED_TASKS = tuple(t for t in TASKS if t != "default")
+ONE_ANSWER_SHARE = 0.9  # held-out answers after training this much one answer: flagged "one answer"
+DEFAULT_JOB_FLOOR = 19.1  # points: within 2 of the default job's +21.1 over seeds 0-4 (README)
 
 # each arm: the overrides on top of the default job (docs/results.md, "Credit in debate")
 ARMS: dict[str, list[str]] = {
@@ -104,6 +110,10 @@ def one(arm: str, task: str, seed: int, runs_dir: Path) -> dict:
             "train_cut_share_per_step": [round(r.get("rollout/stop/length", float("nan")), 3) for r in steps],
             "unconsumed_share_per_step": [round(r["rollout/members/unconsumed_share"], 3) for r in steps
                                           if "rollout/members/unconsumed_share" in r],
+            "empty_share_per_step": [round(r["rollout/members/empty_share"], 3) for r in steps
+                                     if "rollout/members/empty_share" in r],
+            "loss_scale_per_step": [r["rollout/dynamic/loss_scale"] for r in steps
+                                    if "rollout/dynamic/loss_scale" in r],
             "episodes_generated": sum(r.get("rollout/episodes", 0) for r in steps)}
 
 
@@ -131,6 +141,61 @@ def study_tests(rows: list[dict]) -> dict:
             t["verdict"] = ("supported" if adj < 0.05 and t["mean"] > 0 else
                             "refuted" if adj < 0.05 and t["mean"] < 0 else "undecided")
     return tests
+
+
+def one_answer(row: dict) -> bool:
+    share = row["after"]["top_answer_share"]
+    return share is not None and share >= ONE_ANSWER_SHARE
+
+
+def target_verdict(rows: list[dict], arm: str, seeds: tuple[int, ...] = (0, 1, 2)) -> dict:
+    """Issue 50's rule for `arm` (results/bench/consumed_sets_2026-12-06/PLAN.md, section C):
+    no untuned task-seed loses with p < 0.05; every seed of each GAIN_TASKS task gains with
+    p < 0.05; the default job's mean change over seeds 0-4 is at least DEFAULT_JOB_FLOOR. Each
+    condition is True, False, or None while a run it needs is missing; `met_without_one_answer`
+    reads the gain condition with one-answer gains (ONE_ANSWER_SHARE) counted as no gain."""
+    mine = {(r["task"], r["seed"]): r for r in rows if r["arm"] == arm}
+    untuned = [(t, s) for t in UNTUNED_TASKS for s in seeds]
+    missing = [f"{t}-seed{s}" for t, s in untuned if (t, s) not in mine]
+    signif = lambda r: r["heldout"]["p"] < 0.05
+    losses = [f"{t}-seed{s}" for t, s in untuned if (t, s) in mine
+              and signif(mine[(t, s)]) and mine[(t, s)]["heldout"]["diff"] < 0]
+    short = [f"{t}-seed{s}" for t in GAIN_TASKS for s in seeds if (t, s) in mine
+             and not (signif(mine[(t, s)]) and mine[(t, s)]["heldout"]["diff"] > 0)]
+    flagged = [f"{t}-seed{s}" for t in GAIN_TASKS for s in seeds if (t, s) in mine
+               and f"{t}-seed{s}" not in short and one_answer(mine[(t, s)])]
+    default = [100 * mine[("default", s)]["heldout"]["diff"] for s in range(5) if ("default", s) in mine]
+    complete = not missing
+
+    def cond(failed: list, needs_all: bool = True) -> bool | None:
+        return False if failed else (True if (complete or not needs_all) else None)
+
+    no_loss, gains = cond(losses), cond(short)
+    gains_strict = cond(short + flagged)
+    default_ok = None if len(default) < 5 else sum(default) / 5 >= DEFAULT_JOB_FLOOR
+    parts = (no_loss, gains, default_ok)
+    met = False if False in parts else (None if None in parts else True)
+    strict = (no_loss, gains_strict, default_ok)
+    return {"arm": arm, "missing": missing, "significant_losses": losses, "gain_tasks_short": short,
+            "one_answer_gains": flagged, "default_job_changes": default,
+            "default_job_mean": sum(default) / len(default) if default else None,
+            "no_significant_loss": no_loss, "every_gain_task_seed_gains": gains,
+            "default_job_mean_ok": default_ok, "met": met,
+            "met_without_one_answer": False if False in strict else (None if None in strict else True)}
+
+
+def arm_difference(rows: list[dict], arm: str, other: str) -> dict | None:
+    """Per (task, seed) both arms ran: arm's paired change minus other's, in points (mean, 95%
+    t-interval, exact sign-flip p up to 20 pairs). None when they share no (task, seed)."""
+    change = {(r["arm"], r["task"], r["seed"]): 100 * r["heldout"]["diff"] for r in rows}
+    pairs = sorted({(t, s) for (a, t, s) in change if a == arm and (other, t, s) in change})
+    if not pairs:
+        return None
+    diffs = [change[(arm, t, s)] - change[(other, t, s)] for t, s in pairs]
+    ci = t_interval(diffs)
+    return {"arm": arm, "minus": other, "pairs": [f"{t}-seed{s}" for t, s in pairs], "diffs": diffs,
+            "mean": sum(diffs) / len(diffs), "ci95": [ci.low, ci.high] if len(diffs) > 1 else None,
+            "p": sign_flip_p(diffs) if len(diffs) <= 20 else None}
 
 
 def markdown(rows: list[dict], tests: dict) -> str:
@@ -171,6 +236,12 @@ def main() -> None:
     a = sub.add_parser("analyze")
     a.add_argument("--runs-dir", required=True)
     a.add_argument("--out", required=True, help="a folder: rows.json, tests.json, table.md")
+    a.add_argument("--with-rows", nargs="*", default=[],
+                   help="rows.json files written earlier (runs no longer on disk) to analyze with these")
+    a.add_argument("--target", nargs="*", default=[], metavar="ARM",
+                   help="arms to judge by issue 50's rule (target.json)")
+    a.add_argument("--compare", nargs=2, action="append", default=[], metavar=("ARM", "OTHER"),
+                   help="ARM's paired change minus OTHER's per (task, seed) (compare.json)")
     args = p.parse_args()
     runs_dir = Path(args.runs_dir)
     if args.cmd == "run":
@@ -182,6 +253,10 @@ def main() -> None:
         return
     rows = [one(*name_parts(f.stem), runs_dir) for f in sorted(runs_dir.glob("*-seed*.json"))
             if name_parts(f.stem) is not None]
+    seen = {(r["arm"], r["task"], r["seed"]) for r in rows}
+    for path in args.with_rows:  # a run on disk wins over the same run's committed row
+        rows += [r for r in json.loads(Path(path).read_text())["rows"]
+                 if (r["arm"], r["task"], r["seed"]) not in seen]
     tests = study_tests(rows)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -189,6 +264,14 @@ def main() -> None:
     (out / "tests.json").write_text(json.dumps(tests, indent=1))
     (out / "table.md").write_text(markdown(rows, tests))
     print((out / "table.md").read_text())
+    if args.target:
+        verdicts = [target_verdict(rows, arm) for arm in args.target]
+        (out / "target.json").write_text(json.dumps(verdicts, indent=1))
+        print(json.dumps(verdicts, indent=1))
+    if args.compare:
+        diffs = [arm_difference(rows, arm, other) for arm, other in args.compare]
+        (out / "compare.json").write_text(json.dumps(diffs, indent=1))
+        print(json.dumps(diffs, indent=1))
 
 
 def name_parts(stem: str) -> tuple[str, str, int] | None:

@@ -58,3 +58,50 @@ def test_run_names_round_trip():
         for task in dc.TASKS:
             assert dc.name_parts(dc.run_name(arm, task, 3)) == (arm, task, 3)
     assert dc.name_parts("default-seed0") is None
+
+
+def _row(arm, task, seed, diff, p, top=0.3):
+    return {"arm": arm, "task": task, "seed": seed, "heldout": {"diff": diff / 100, "p": p},
+            "after": {"top_answer_share": top}}
+
+
+def _all_gain(arm="x", diff=5.0, p=0.01):
+    rows = [_row(arm, t, s, diff, p) for t in dc.UNTUNED_TASKS for s in (0, 1, 2)]
+    return rows + [_row(arm, "default", s, 20.0, 1e-6) for s in range(5)]
+
+
+def test_target_rule_met_failed_and_pending():
+    met = dc.target_verdict(_all_gain(), "x")
+    assert met["met"] is True and met["met_without_one_answer"] is True and met["missing"] == []
+    assert met["default_job_mean"] == pytest.approx(20.0)
+    # one significant loss on a task outside GAIN_TASKS fails the rule
+    rows = [r if (r["task"], r["seed"]) != ("count_primes", 0) else _row("x", "count_primes", 0, -4.0, 0.01)
+            for r in _all_gain()]
+    v = dc.target_verdict(rows, "x")
+    assert v["met"] is False and v["significant_losses"] == ["count_primes-seed0"] and v["every_gain_task_seed_gains"] is True
+    # a gain task's seed that gains without significance fails the gain condition, not the loss one
+    rows = [r if (r["task"], r["seed"]) != ("lcm", 1) else _row("x", "lcm", 1, 3.0, 0.2) for r in _all_gain()]
+    v = dc.target_verdict(rows, "x")
+    assert v["gain_tasks_short"] == ["lcm-seed1"] and v["no_significant_loss"] is True and v["met"] is False
+    # a non-significant loss outside GAIN_TASKS is allowed
+    rows = [r if (r["task"], r["seed"]) != ("number_format", 2) else _row("x", "number_format", 2, -3.0, 0.3)
+            for r in _all_gain()]
+    assert dc.target_verdict(rows, "x")["met"] is True
+    # one-answer gains count by the rule's letter, not in the strict reading
+    rows = [r if (r["task"], r["seed"]) != ("gcd", 0) else _row("x", "gcd", 0, 9.0, 0.02, top=0.95) for r in _all_gain()]
+    v = dc.target_verdict(rows, "x")
+    assert v["met"] is True and v["met_without_one_answer"] is False and v["one_answer_gains"] == ["gcd-seed0"]
+    # the default job's mean below +19.1 fails; a missing run leaves the verdict pending
+    rows = [r if r["task"] != "default" else _row("x", "default", r["seed"], 18.0, 1e-5) for r in _all_gain()]
+    assert dc.target_verdict(rows, "x")["default_job_mean_ok"] is False
+    v = dc.target_verdict(_all_gain()[1:], "x")
+    assert v["met"] is None and v["missing"] == ["chain_sum-seed0"]
+
+
+def test_arm_difference_pairs_by_task_and_seed():
+    rows = [_row("a", "lcm", 0, 5.0, 0.01), _row("b", "lcm", 0, 2.0, 0.3),
+            _row("a", "gcd", 1, 1.0, 0.5), _row("b", "gcd", 1, 4.0, 0.1), _row("a", "aiw", 0, 9.0, 0.01)]
+    d = dc.arm_difference(rows, "a", "b")
+    assert d["pairs"] == ["gcd-seed1", "lcm-seed0"] and d["diffs"] == pytest.approx([-3.0, 3.0])
+    assert d["mean"] == pytest.approx(0.0) and d["p"] == 1.0
+    assert dc.arm_difference(rows, "a", "nobody") is None
