@@ -58,11 +58,15 @@ ONE_ANSWER_SHARE = 0.9  # held-out answers after training this much one answer: 
 DEFAULT_JOB_FLOOR = 19.1  # points: within 2 of the default job's +21.1 over seeds 0-4 (README)
 
 # each arm: the overrides on top of the default job (docs/results.md, "Credit in debate")
+# The study's arms pin the default job as it was at the study's first cell (90da75c): short steps
+# "full" (a later default must not change them midway; candidate C below is not part of it)
+_AS_PREREGISTERED = ["train.dynamic_sampling_short_steps=full"]
 ARMS: dict[str, list[str]] = {
-    "srpo_consumed": ["train.method=srpo", "train.unconsumed=singleton"],
-    "srpo_today": ["train.method=srpo", "train.unconsumed=in_set"],
-    "grpo_own": ["train.method=grpo", "train.unconsumed=singleton", "workflow.params.credit=own"],
-    "magrpo": ["train.method=magrpo", "train.unconsumed=singleton"],
+    "srpo_consumed": ["train.method=srpo", "train.unconsumed=singleton", *_AS_PREREGISTERED],
+    "srpo_today": ["train.method=srpo", "train.unconsumed=in_set", *_AS_PREREGISTERED],
+    "grpo_own": ["train.method=grpo", "train.unconsumed=singleton", "workflow.params.credit=own",
+                 *_AS_PREREGISTERED],
+    "magrpo": ["train.method=magrpo", "train.unconsumed=singleton", *_AS_PREREGISTERED],
     # issue 50's candidate C (results/bench/consumed_sets_2026-12-06/PLAN.md): today's sets, and
     # a step that dynamic sampling could not fill makes an update scaled to its signal
     "srpo_scaled": ["train.method=srpo", "train.unconsumed=in_set",
@@ -102,7 +106,8 @@ def one(arm: str, task: str, seed: int, runs_dir: Path) -> dict:
     name = run_name(arm, task, seed)
     rec = run_side(name, ROOT, None, overrides(arm, task, seed), runs_dir)
     steps = [r for r in metric_rows(runs_dir / name) if "loss" in r]
-    return {"arm": arm, "task": task, "seed": seed, "overrides": overrides(arm, task, seed),
+    # the overrides the run was started with (its record's), not today's ARMS
+    return {"arm": arm, "task": task, "seed": seed, "overrides": rec.get("overrides", overrides(arm, task, seed)),
             "commit": rec.get("commit"), "dirty": rec.get("dirty"), "heldout": rec["heldout"],
             "before": heldout_shares(runs_dir / name, "before"),
             "after": heldout_shares(runs_dir / name, "after"),
