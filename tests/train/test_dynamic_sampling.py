@@ -129,8 +129,13 @@ def test_short_steps_setting_is_checked(tmp_path):
     with pytest.raises(ConfigError, match="train.dynamic_sampling_short_steps"):
         load_config(SMOKE, [f"output_dir={tmp_path}", "train.dynamic_sampling=true",
                             "train.dynamic_sampling_short_steps=half"])
-    with pytest.raises(ConfigError, match="needs train.dynamic_sampling: true"):
-        load_config(SMOKE, [f"output_dir={tmp_path}", "train.dynamic_sampling_short_steps=scaled"])
+    # the default is "scaled" (the measured recipe); without dynamic sampling it has nothing to
+    # scale (every step keeps its tasks, the loss factor stays 1)
+    cfg = load_config(SMOKE, [f"output_dir={tmp_path}"])
+    assert not cfg.train.dynamic_sampling and cfg.train.dynamic_sampling_short_steps == "scaled"
+    assert load_config(None, [f"output_dir={tmp_path}"]).train.dynamic_sampling_short_steps == "scaled"
+    plain = Trainer(cfg.model_copy(update={"output_dir": str(tmp_path / "plain")}))
+    assert plain.rollout_step(0).loss_scale == 1.0
 
 
 def test_a_short_step_scaled_makes_the_update_its_share_of_the_plan(tmp_path):
