@@ -16,7 +16,13 @@ A record already in RUNS_DIR/<arm>-<task>-seed<S>.json is reused, so a killed qu
 held-out cut share and top-answer share before and after, informative tasks a step, the
 training cut share, each run's commit) and, where all four study arms ran on the same (task,
 seed) pairs, the study's tests D1-D3 (mean difference of the paired change with its 95%
-t-interval, exact two-sided sign-flip p, Holm over the three).
+t-interval, exact two-sided sign-flip p, Holm over the three). `--with-rows` adds rows committed
+earlier; `--target ARM` judges an arm by issue 50's rule (target.json); `--compare ARM OTHER`
+pairs two arms by (task, seed) (compare.json):
+
+    .venv/bin/python benchmarks/debate_credit.py analyze --runs-dir /tmp/scaled \
+        --with-rows results/bench/debate_credit_2026-12-06/rows.json \
+        --out results/bench/short_steps_2026-12-06 --target srpo_scaled --compare srpo_scaled srpo_today
 """
 
 from __future__ import annotations
