@@ -461,6 +461,10 @@ class TrainConfig(_Section):
     # in draw order: the same tasks and choice, more rows per generate call, and the draws a
     # sequential step would have stopped before are generated anyway (docs/training.md)
     dynamic_sampling_at_once: bool = False
+    # with dynamic_sampling_at_once: a step still short of tasks_per_step informative tasks after
+    # its at-once draws rolls out up to this many more draws, one at a time, stopping as soon as
+    # it is full (more signal only where a step lacks it; docs/training.md, "Short steps")
+    dynamic_sampling_extra_draws: int = 0
     # a step where dynamic sampling kept k < tasks_per_step informative tasks: "scaled" (default)
     # multiplies its loss by k / tasks_per_step, as if the missing tasks were kept with advantage
     # 0 (what a step without dynamic sampling does with its uninformative tasks), so a step with
@@ -514,6 +518,11 @@ class TrainConfig(_Section):
         one_of("train.cut_answers", self.cut_answers, CUT_ANSWERS)
         one_of("train.unconsumed", self.unconsumed, UNCONSUMED)
         one_of("train.dynamic_sampling_short_steps", self.dynamic_sampling_short_steps, SHORT_STEPS)
+        positive("train.dynamic_sampling_extra_draws", self.dynamic_sampling_extra_draws, zero_ok=True)
+        if self.dynamic_sampling_extra_draws and not (self.dynamic_sampling and self.dynamic_sampling_at_once):
+            raise ConfigError("train.dynamic_sampling_extra_draws needs train.dynamic_sampling and "
+                              "train.dynamic_sampling_at_once: true (drawing one at a time already "
+                              "stops when a step is full: raise train.dynamic_sampling_max_draws)")
         if not math.isfinite(self.unconsumed_reward):
             raise ConfigError(f"train.unconsumed_reward must be finite, got {self.unconsumed_reward}")
         if not math.isfinite(self.overlong_penalty):
@@ -606,7 +615,7 @@ class Config(_Section):
         if rollouts > MAX_ROLLOUTS_PER_STEP:
             raise ConfigError(
                 f"group_size ({self.group_size}) x train.tasks_per_step ({self.train.tasks_per_step})"
-                f"{' x train.dynamic_sampling_max_draws' if self.train.dynamic_sampling else ''} = "
+                f"{' x train.dynamic_sampling_max_draws (+ extra_draws)' if self.train.dynamic_sampling else ''} = "
                 f"{rollouts} rollouts a step exceeds the cap of {MAX_ROLLOUTS_PER_STEP} (a documented "
                 f"bound: every rollout of a step is held in memory until its update)"
             )
@@ -660,7 +669,8 @@ def one_of(key: str, value: Any, allowed: Sequence[Any]) -> None:
 def rollouts_per_step(cfg: Config) -> int:
     """The most episodes one training step generates: tasks_per_step * group_size, times
     dynamic sampling's draws when it is on."""
-    draws = cfg.train.dynamic_sampling_max_draws if cfg.train.dynamic_sampling else 1
+    t = cfg.train
+    draws = t.dynamic_sampling_max_draws + t.dynamic_sampling_extra_draws if t.dynamic_sampling else 1
     return cfg.train.tasks_per_step * cfg.group_size * draws
 
 

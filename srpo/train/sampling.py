@@ -106,7 +106,9 @@ class Sampler:
 
         With dynamic_sampling_at_once every draw is rolled out in one rollout (one batch per
         policy and round) and judged after: the same tasks and the same choice in draw order, at
-        the cost of the draws a sequential step would not have needed (docs/training.md).
+        the cost of the draws a sequential step would not have needed (docs/training.md). A step
+        still short after them rolls out up to dynamic_sampling_extra_draws more draws, one at a
+        time, as the sequential mode does, stopping when full.
         """
         t = self.cfg.train
         if not t.dynamic_sampling:
@@ -124,26 +126,27 @@ class Sampler:
             generated = self.rollout(step, [task for tasks in draws for task in tasks])
             n_first = len(draws[0]) * self.cfg.group_size
             first = generated[:n_first]
-            kept_tasks, kept, prepared = self._keep_informative(generated, [], [])
-            judged_batches, n_draws = [(generated, prepared)], len(draws)
+            pending, n_draws = generated, len(draws)
+            cap = n_draws + t.dynamic_sampling_extra_draws  # then one at a time while short
         else:
             first = self.rollout(step)
-            generated, kept, kept_tasks = list(first), [], []
+            generated = list(first)
             drawn = {e.task.task_id for e in first}
             pending, n_draws = first, 1
-            judged_batches = []
-            while True:
-                kept_tasks, kept, prepared = self._keep_informative(pending, kept_tasks, kept)
-                judged_batches.append((pending, prepared))
-                if len(kept_tasks) >= t.tasks_per_step or n_draws >= t.dynamic_sampling_max_draws:
-                    break
-                extra = self.draw_tasks(step, n_draws, drawn)
-                if not extra:
-                    break
-                drawn.update(task.task_id for task in extra)
-                pending = self.rollout(step, extra, draw=n_draws)
-                generated += pending
-                n_draws += 1
+            cap = t.dynamic_sampling_max_draws
+        kept_tasks, kept, judged_batches = [], [], []
+        while True:
+            kept_tasks, kept, prepared = self._keep_informative(pending, kept_tasks, kept)
+            judged_batches.append((pending, prepared))
+            if len(kept_tasks) >= t.tasks_per_step or n_draws >= cap:
+                break
+            extra = self.draw_tasks(step, n_draws, drawn)
+            if not extra:
+                break
+            drawn.update(task.task_id for task in extra)
+            pending = self.rollout(step, extra, draw=n_draws)
+            generated += pending
+            n_draws += 1
         kept = kept or first
         kept_ids = {id(e) for e in kept}
         dropped = [e for e in generated if id(e) not in kept_ids]

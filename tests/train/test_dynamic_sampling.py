@@ -169,3 +169,45 @@ def test_a_short_step_scaled_makes_the_update_its_share_of_the_plan(tmp_path):
     full, scaled = grads["full"][0], grads["scaled"][0]
     assert full.abs().sum() > 0
     torch.testing.assert_close(scaled, full * grads["scaled"][1], rtol=1e-5, atol=1e-9)
+
+
+def test_extra_draws_follow_the_at_once_draws_only_while_a_step_is_short(tmp_path):
+    """At once 1 draw (4 tasks, G 2 on the random tiny model: short), then up to 3 more, one at a
+    time: the step keeps drawing until 4 informative tasks are kept or the extra draws run out;
+    the tasks are those the sequential mode draws, never one twice."""
+    at_once = ["train.dynamic_sampling=true", "train.dynamic_sampling_at_once=true",
+               "train.dynamic_sampling_max_draws=1"]
+    short = _trainer(tmp_path / "short", *at_once).rollout_step(0)
+    assert short.metrics["rollout/dynamic/draws"] == 1 and short.metrics["rollout/dynamic/informative_tasks"] < 4
+
+    trainer = _trainer(tmp_path / "extra", *at_once, "train.dynamic_sampling_extra_draws=3")
+    calls = []
+    rollout = trainer.sampler.rollout
+    trainer.sampler.rollout = lambda step, tasks=None, draw=0: calls.append((draw, tasks)) or rollout(step, tasks, draw)
+    step = trainer.rollout_step(0)
+    m = step.metrics
+    n = int(m["rollout/dynamic/draws"])
+    assert 2 <= n <= 4 and len(calls) == n and [d for d, _ in calls] == list(range(n))
+    assert len(calls[0][1]) == 4 and all(len(tasks) == 4 for _, tasks in calls[1:])
+    assert m["rollout/dynamic/informative_tasks"] == 4 or n == 4  # full, or the extra draws ran out
+    assert len(step.generated) == 8 * n
+    tasks_drawn = [e.task.task_id for e in step.generated]
+    assert len(set(tasks_drawn)) == len(tasks_drawn) // 2  # no task drawn twice
+    # the extra draws are the sequential mode's draws 1, 2, ...
+    sequential = _trainer(tmp_path / "seq", "train.dynamic_sampling=true", "train.dynamic_sampling_max_draws=4")
+    first = sequential.sampler.tasks_for_step(0)
+    second = sequential.sampler.draw_tasks(0, 1, {t.task_id for t in first})
+    assert [t.task_id for t in calls[1][1]] == [t.task_id for t in second]
+    # a kept step's informative tasks stop at tasks_per_step
+    assert len(dict.fromkeys(e.task.task_id for e in step.episodes)) == m["rollout/dynamic/informative_tasks"] <= 4
+
+
+def test_extra_draws_are_checked(tmp_path):
+    from srpo.config.schema import ConfigError
+
+    with pytest.raises(ConfigError, match="dynamic_sampling_extra_draws needs"):
+        load_config(SMOKE, [f"output_dir={tmp_path}", "train.dynamic_sampling=true",
+                            "train.dynamic_sampling_extra_draws=2"])
+    with pytest.raises(ConfigError, match="dynamic_sampling_extra_draws must be >= 0"):
+        load_config(SMOKE, [f"output_dir={tmp_path}", "train.dynamic_sampling=true",
+                            "train.dynamic_sampling_at_once=true", "train.dynamic_sampling_extra_draws=-1"])
