@@ -36,32 +36,11 @@ independent of M*T.
 
 Why not the plain alternative, torch.utils.checkpoint(use_reentrant=False) around each chunk's
 head -> softcap -> /tau -> log_softmax -> gather (+ entropy)? It is measurably worse in both
-memory and time. benchmarks/bench_logprobs_memory.py (--mode head, the default), 2026-12-01,
-on a 2-core Intel Xeon VM (AVX-512), torch 2.13 CPU, 2 threads; float32 nn.Linear head with
-V = 49,152 and hidden 576 (SmolLM2-135M), chunk_size 1024, forward + backward to hidden and W:
-
-    peak RSS increment, MiB      custom   checkpoint   full logits   checkpoint / custom
-    N = 1024, no entropy            330          599           599        1.82x
-    N = 1024, entropy               409          983           983        2.40x
-    N = 4096, no entropy            343          743         2,327        2.16x
-    N = 4096, entropy               532        1,113         3,863        2.09x
-
-    wall time (median of 5 interleaved rounds), custom s    checkpoint / custom (paired)
-    N = 1024, no entropy            0.81                        1.20x
-    N = 1024, entropy               0.97                        1.42x
-    N = 4096, no entropy            3.12                        1.26x
-    N = 4096, entropy               7.26                        1.33x
-
-(Memory: one fresh process per cell, identical within 4 MiB over two runs. Time: a run with
-nothing else on the machine; an earlier one gave 1.17x, 1.33x, 1.17x, 1.49x.) The extra memory
-is 1.4-3 [1024, V] float32 buffers (192 MiB each): under checkpoint, autograd keeps the
-recomputed chunk's log_softmax output (and its exp, for the entropy) and allocates each
-[chunk, V] gradient separately, where the backward here works in place. A logsumexp + softmax
-formulation under checkpoint was no better (983 MiB at N = 1024 without entropy). Checkpoint
-and full logits agree with this module to 2e-6 (logp), 8e-6 (entropy) and 6e-9 (gradients,
-whose largest entries are 6e-3 to 2e-2). Full logits take 0.85-0.90x the time without entropy
-(no recomputation) and about the same with it, but 6.8-7.3x the memory at N = 4096, growing
-with N.
+memory and time: under checkpoint, autograd keeps the recomputed chunk's log_softmax output (and
+its exp, for the entropy) and allocates each [chunk, V] gradient separately, where the backward
+here works in place. Full logits save the recomputation, but their memory grows with M*T.
+Measured: docs/benchmarks.md, section 'Chunked log-probs against per-chunk checkpointing and full
+logits (2026-12-01)'.
 
 Padded response rows (attention_mask == 0) are skipped entirely (no lm_head work); they hold 0.
 """
@@ -354,7 +333,7 @@ class _ChunkedLogprobs(torch.autograd.Function):
             h_chunk = h[rows]  # [n, H]
             k = grad_entropy[rows] if grad_entropy is not None else None
 
-            def grad_logits(logits: Tensor) -> Tensor:  # [n, V] -> dL/dlogits [n, V]
+            def grad_logits(logits: Tensor, rows: slice = rows, k: Tensor | None = k) -> Tensor:  # [n, V] -> [n, V]
                 return _chunk_grad_logits(
                     logits, y[rows], lse[rows], entropy[rows], grad_logp[rows], k,
                     ctx.temperature, ctx.softcap,

@@ -64,16 +64,14 @@ class InverseCdfSampler(LogitsProcessor):
     is the last entry of the CDF, so recording costs no extra pass over the vocabulary.
 
     One pass of exp over [B, V] is the floor of an exact draw; every other [B, V] pass costs as
-    much (10-20 ms each on [216, 49152] float32, 2 threads: memory-bound). So the scores are
-    returned in place, with +inf at the drawn token (they are generate's own float32 copy of the
-    step's logits, read by nothing after the processors but the greedy argmax), instead of a
-    fresh [B, V] tensor of -inf with one 0 a row; and the recorder is this class, not a second
-    processor with its own log-sum-exp. A row whose scores hold NaN or +inf is refused: nothing
-    can be drawn from it.
+    much (memory-bound). So the scores are returned in place, with +inf at the drawn token (they
+    are generate's own float32 copy of the step's logits, read by nothing after the processors
+    but the greedy argmax), instead of a fresh [B, V] tensor of -inf with one 0 a row; and the
+    recorder is this class, not a second processor with its own log-sum-exp. A row whose scores
+    hold NaN or +inf is refused: nothing can be drawn from it.
 
-    Measured on [216, 49152] scores, 2 threads, alternated in one process, each with generate's
-    float32 copy of the logits: 39.2 ms a step against 68.0 ms for the separate recorder,
-    sampler and -inf tensor it replaced (benchmarks/bench_token_draw.py, docs/benchmarks.md).
+    Measured (benchmarks/bench_token_draw.py): docs/benchmarks.md, section 'The token draw's
+    passes over the vocabulary (2026-12-05, evening)'.
     """
 
     def __init__(self, block: int = 256, record: bool = False):
