@@ -130,7 +130,8 @@ def main() -> None:
     p.add_argument("--config", default=None, help="a config both sides load (default: each side's default job)")
     p.add_argument("--out", default="results/bench/before_after.json")
     p.add_argument("--skip-before", help="a JSON written earlier by this script: reuse its 'before' side")
-    p.add_argument("--only", choices=("before", "after"), help="run one side only (the other from --skip-before, or none)")
+    p.add_argument("--only", choices=("before", "after"),
+                   help="run one side only (the other from --skip-before, or none)")
     p.add_argument("--seeds", type=int, nargs="+", help="run each side once per seed (override seed=S); "
                    "the report gives each seed and the spread")
     p.add_argument("--after", action="append", default=[], metavar="KEY=VALUE",
@@ -141,7 +142,7 @@ def main() -> None:
     p.add_argument("overrides", nargs="*")
     args = p.parse_args()
     seeds = args.seeds or [None]
-    seeded = lambda s: [] if s is None else [f"seed={s}"]  # noqa: E731
+    seeded = lambda s: [] if s is None else [f"seed={s}"]
     with tempfile.TemporaryDirectory(prefix="bench-before-after-") as scratch:
         tmp = Path(args.runs_dir) if args.runs_dir else Path(scratch)
         tmp.mkdir(parents=True, exist_ok=True)
@@ -192,7 +193,8 @@ def main() -> None:
             if h:
                 print(f"{name} seed {side['seed']}: {side['wall_seconds'] / 60:.2f} min, {side['steps']} steps, "
                       f"{side['peak_rss_gb']:.1f} GB; held-out {100 * h['before']:.1f}% -> "
-                      f"{100 * h['after']:.1f}% ({100 * h['diff']:+.1f} [{100 * h['low']:+.1f}, {100 * h['high']:+.1f}], "
+                      f"{100 * h['after']:.1f}% ({100 * h['diff']:+.1f} "
+                      f"[{100 * h['low']:+.1f}, {100 * h['high']:+.1f}], "
                       f"{h['gained']} gained / {h['lost']} lost, p = {h['p']:.2g})")
     print(f"written: {args.out}")
 

@@ -69,15 +69,22 @@ def main() -> None:
             result, _ = evaluate(runner, workflow, held, seed=0, batch_tasks=cfg.eval.batch_tasks)
             results[name]["eval_s"].append(time.perf_counter() - start)
             results[name]["eval_acc"].append(result.accuracy.estimate)
-    print(f"default job shapes, {a.threads} threads, torch {torch.__version__}: {a.rounds} sampled rounds of "
-          f"{a.tasks * cfg.group_size * 3} rows x {cfg.sampling.max_new_tokens} new tokens, 2 greedy evaluations of 256")
+    print(
+        f"default job shapes, {a.threads} threads, torch {torch.__version__}: {a.rounds} sampled rounds of "
+        f"{a.tasks * cfg.group_size * 3} rows x {cfg.sampling.max_new_tokens} new tokens, 2 greedy evaluations of 256"
+    )
     for name, r in results.items():
-        print(f"  compact_finished {name:3s}: round {statistics.median(r['round_s']):.2f} s median "
-              f"({', '.join(f'{s:.2f}' for s in r['round_s'])}), {sum(r['round_tokens']) / sum(r['round_s']):.0f} tokens/s; "
-              f"evaluation {', '.join(f'{s:.1f}' for s in r['eval_s'])} s, accuracy {r['eval_acc'][0]:.4f}")
+        print(
+            f"  compact_finished {name:3s}: round {statistics.median(r['round_s']):.2f} s median "
+            f"({', '.join(f'{s:.2f}' for s in r['round_s'])}), "
+            f"{sum(r['round_tokens']) / sum(r['round_s']):.0f} tokens/s; "
+            f"evaluation {', '.join(f'{s:.1f}' for s in r['eval_s'])} s, accuracy {r['eval_acc'][0]:.4f}"
+        )
     on, off = results["on"], results["off"]
-    print(f"  on / off: round {statistics.median(on['round_s']) / statistics.median(off['round_s']):.2f}x, "
-          f"evaluation {statistics.median(on['eval_s']) / statistics.median(off['eval_s']):.2f}x")
+    print(
+        f"  on / off: round {statistics.median(on['round_s']) / statistics.median(off['round_s']):.2f}x, "
+        f"evaluation {statistics.median(on['eval_s']) / statistics.median(off['eval_s']):.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -264,9 +264,11 @@ def bench_update(args) -> None:
         print(f"  {label:28s} {sec:6.2f} s  {sec / base:.2f}x   runs: "
               + ", ".join(f"{x:.2f}" for x in times[(dtype, share)]))
     for dtype in ("float32", "bfloat16"):
-        print(f"  {dtype}: shared / whole time {statistics.median(times[(dtype, True)]) / statistics.median(times[(dtype, False)]):.2f}x; "
+        print(f"  {dtype}: shared / whole time "
+              f"{statistics.median(times[(dtype, True)]) / statistics.median(times[(dtype, False)]):.2f}x; "
               f"LoRA gradients {distance((dtype, True), (dtype, False)):.2e} apart (relative L2)")
-    print(f"  bf16 / float32 (rows whole): LoRA gradients {distance(('bfloat16', False), ('float32', False)):.2%} apart")
+    print(f"  bf16 / float32 (rows whole): LoRA gradients "
+          f"{distance(('bfloat16', False), ('float32', False)):.2%} apart")
 
 
 def bench_training(args) -> None:

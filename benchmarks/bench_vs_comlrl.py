@@ -43,7 +43,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from provenance import provenance
+from provenance import provenance  # noqa: E402 (after the path it lives on)
 
 CONFIG = HERE / "comlrl" / "srpo_magrpo.yaml"
 PEER = HERE / "comlrl" / "comlrl_peer.py"

@@ -35,26 +35,26 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import argparse  # noqa: E402
-import dataclasses  # noqa: E402
-import gc  # noqa: E402
-import shutil  # noqa: E402
-import statistics  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-import types  # noqa: E402
-import warnings  # noqa: E402
+import argparse
+import dataclasses
+import gc
+import shutil
+import statistics
+import tempfile
+import time
+import types
+import warnings
 
-import torch  # noqa: E402
-from provenance import provenance  # noqa: E402  (benchmarks/ is sys.path[0] run as a script)
+import torch
+from provenance import provenance
 
-from srpo.batch import build_flat_batch  # noqa: E402
-from srpo.config import Config, load_config  # noqa: E402
-from srpo.objective.methods import prepare_step  # noqa: E402
-from srpo.build import build_agents, build_reward, build_workflow_from, load_tasks  # noqa: E402
-from srpo.rollout.runner import rollout_metrics  # noqa: E402
-from srpo.train.trainer import Trainer  # noqa: E402
-from srpo.types import Task  # noqa: E402
+from srpo.batch import build_flat_batch
+from srpo.build import build_agents, build_reward, build_workflow_from, load_tasks
+from srpo.config import Config, load_config
+from srpo.objective.methods import prepare_step
+from srpo.rollout.runner import rollout_metrics
+from srpo.train.trainer import Trainer
+from srpo.types import Task
 
 
 @dataclasses.dataclass
@@ -345,7 +345,8 @@ def main() -> None:
     print(f"  model {args.model}"
           + (f" (random llama, hidden {args.tiny_hidden}, {args.tiny_layers} layers, SmolLM2 "
              f"tokenizer)" if args.model == "tiny" else " (SmolLM2-135M-Instruct, float32)")
-          + f", {'full fine-tuning' if args.full else f'LoRA r={args.lora_rank} alpha={2 * args.lora_rank} dropout 0 all-linear'}")
+          + ", " + ("full fine-tuning" if args.full
+                    else f"LoRA r={args.lora_rank} alpha={2 * args.lora_rank} dropout 0 all-linear"))
     print(f"  per step: {args.prompts} prompts x {args.group_size} completions = {n} completions, "
           f"max_new_tokens {args.max_new_tokens}, temperature {args.temperature} (no top-k/top-p), "
           f"reward MathReward (correct 1.0), task reasoning_gym basic_arithmetic")

@@ -38,7 +38,8 @@ from srpo.workflows.base import normalize_reward
 
 
 def screen(task: str, difficulty: str, overrides: list[str], heldout: int, n_tasks: int) -> dict:
-    cfg = load_config(PRESETS_DIR / "default.yaml", [f"task.dataset={task}", f"task.difficulty={difficulty}", *overrides])
+    cfg = load_config(PRESETS_DIR / "default.yaml",
+                      [f"task.dataset={task}", f"task.difficulty={difficulty}", *overrides])
     torch.set_num_threads(cfg.train.threads)
     seed_everything(cfg.seed)
     runner, workflow = build_rollout(cfg)

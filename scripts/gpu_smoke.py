@@ -119,7 +119,7 @@ def check(name: str, fn, *args, **kwargs):
             _reset_peak_memory()
             value, numbers = fn(*args, **kwargs)
         ok, error = True, None
-    except Exception as e:  # noqa: BLE001 (one failed check must not hide the others' results)
+    except Exception as e:
         value, numbers, ok = None, {}, False
         error = f"{type(e).__name__}: {e}"
         _log(f"==== {name} FAILED\n{traceback.format_exc()}\n")
@@ -149,7 +149,7 @@ def _empty_cache() -> None:
             import torch
 
             torch.cuda.empty_cache()
-    except Exception as e:  # noqa: BLE001 (a broken CUDA context: the next check says so)
+    except Exception as e:
         _log(f"==== torch.cuda.empty_cache\n{type(e).__name__}: {e}\n")
 
 
@@ -161,7 +161,7 @@ def _memory() -> dict:
             return {"peak_alloc_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
                     "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 2)}
         return {"peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}
-    except Exception as e:  # noqa: BLE001 (no memory figure is not a failed check)
+    except Exception as e:
         return {"memory": f"unreadable ({type(e).__name__})"}
 
 
@@ -170,7 +170,7 @@ def _torch_versions() -> dict:
         import torch
 
         return {"torch": torch.__version__, "cuda": torch.version.cuda}
-    except Exception as e:  # noqa: BLE001 (the env check reports it)
+    except Exception as e:
         return {"torch": f"not importable ({type(e).__name__}: {e})"[:200], "cuda": None}
 
 
@@ -193,7 +193,7 @@ def _write_results(*, final: bool, archive: dict | None = None) -> None:
 def env_check():
     import torch
 
-    from srpo.packs import _entry_points, known_pack_names
+    from srpo.packs import PACKS, known_pack_names
 
     numbers = {"torch": torch.__version__, "python": sys.version.split()[0]}
     if CUDA:
@@ -206,7 +206,7 @@ def env_check():
 
     packs = known_pack_names()
     numbers["srpo_at"] = str(Path(srpo.__file__).parent.parent)
-    numbers.update(packs=",".join(packs), entry_points=",".join(sorted(_entry_points())) or "none")
+    numbers.update(packs=",".join(packs), entry_points=",".join(sorted(PACKS.installed())) or "none")
     if not {"math", "search"} <= set(packs):
         raise RuntimeError(f"srpo's task packs are not found: {packs}")
     return None, numbers
@@ -220,7 +220,9 @@ def write_math_data(path: Path, heldout: int, train: int, seed: int = 0) -> Path
     with path.open("w", encoding="utf-8") as f:
         while len(seen) < heldout + train:
             a, b, op = rng.randint(2, 99), rng.randint(2, 99), rng.choice("+-*")
-            question = f"Tom has {a} apples. He {'gets' if op == '+' else 'gives away' if op == '-' else 'multiplies them by'} {b}. How many apples does he have now?"
+            question = (f"Tom has {a} apples. He "
+                        f"{'gets' if op == '+' else 'gives away' if op == '-' else 'multiplies them by'} {b}. "
+                        "How many apples does he have now?")
             if question in seen:
                 continue
             seen.add(question)
@@ -455,7 +457,7 @@ def write_archive(work: Path, dest: Path) -> dict:
                 os.replace(tmp, dest)
                 return {"file": dest.name, "files": len(files), "mib": round(size / 2**20, 2),
                         "holds": label}
-    except Exception as e:  # noqa: BLE001 (see the docstring)
+    except Exception as e:
         _log(f"==== runs.tar.gz\n{traceback.format_exc()}\n")
         return {"file": None, "error": f"{type(e).__name__}: {e}"[:300]}
     return {"file": None}

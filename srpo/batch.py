@@ -142,10 +142,6 @@ class FlatBatch:
         new_id[set_ids] = torch.arange(set_ids.numel(), device=dev)
         return set_ids, new_id
 
-    def select_members(self, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """(input_ids, attention_mask, response_mask) of some members, for one policy's forward."""
-        return self.input_ids[rows], self.attention_mask[rows], self.response_mask[rows]
-
 
 def build_flat_batch(episodes: Sequence[Episode], pad_token_id: int) -> FlatBatch:
     """Flattens episodes -> members in (episode, transition, member) order."""

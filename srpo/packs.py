@@ -12,24 +12,23 @@ A config selects a pack with `task.name`; the pack's own settings live under `ta
 (`task.search.*`, `task.testbed.*`, math's `task.source`...), validated by the pack's
 `settings` schema when the config is loaded.
 
-Built-in packs are found through Python entry points (group "srpo.task_packs", declared in
-pyproject.toml), so the core imports none of them: installing a package that declares such an
-entry point adds a task family without touching srpo. srpo's own packs (math, search, testbed)
-are also known by name without their entry points (`BUILTIN_PACKS`: a source checkout on
-PYTHONPATH, never installed, has none), still imported only on first use. A pack given as
+Packs are found by srpo.plugins' one lookup (registered, entry point group "srpo.task_packs",
+srpo's own `BUILTIN_PACKS`, a reference), so the core imports none of them: installing a
+package that declares such an entry point adds a task family without touching srpo. A pack given as
 "file.py:NAME" is executed when the config is loaded, as a workflow file is: a config that names code runs it.
 Only a `TaskPack` value is accepted (anything else is refused before it is used).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from typing import Any
 
+from srpo.plugins import Registry
 from srpo.types import Task
-from srpo.workflows.registry import import_reference, register_workflow
+from srpo.workflows.registry import register_workflow
 
 ENTRY_POINT_GROUP = "srpo.task_packs"
 # srpo's own packs, by the references pyproject.toml's entry points give them: used when no
@@ -94,26 +93,36 @@ class TaskPack:
                 raise ValueError(f"task pack {self.name!r}: {attr} must be callable")
 
 
-_PACKS: dict[str, TaskPack] = {}
+def _accept(obj: Any, name: str, where: str) -> TaskPack:
+    """A TaskPack value, checked; one given by reference is registered under the reference too."""
+    if not isinstance(obj, TaskPack):
+        what = f"the class {obj.__name__}" if isinstance(obj, type) else f"a {type(obj).__name__}"
+        raise ValueError(f"{where} is {what}, not a srpo.packs.TaskPack value")
+    if ":" in name and obj.name != name:  # the config names it by reference: that is its name here
+        obj = dataclasses.replace(obj, name=name)
+    return obj
+
+
+def _register_workflows(pack: TaskPack) -> None:
+    for factory in pack.workflows:
+        register_workflow(factory)
+
+
+PACKS: Registry[TaskPack] = Registry(
+    "task pack", plural="packs", group=ENTRY_POINT_GROUP, accept=_accept, builtins=BUILTIN_PACKS,
+    references=True, key="task.name", on_register=_register_workflows)
 
 
 def register_pack(pack: TaskPack) -> TaskPack:
     """Make `pack` selectable by its name (and its workflows buildable by theirs)."""
     if not isinstance(pack, TaskPack):
         raise ValueError(f"register_pack takes a TaskPack, got {type(pack).__name__}")
-    _PACKS[pack.name] = pack
-    for factory in pack.workflows:
-        register_workflow(factory)
-    return pack
-
-
-def _entry_points() -> dict[str, Any]:
-    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    return PACKS.register(pack.name, pack)
 
 
 def known_pack_names() -> list[str]:
     """The registered packs, the installed (entry point) ones and srpo's own, sorted."""
-    return sorted(set(_PACKS) | set(_entry_points()) | set(BUILTIN_PACKS))
+    return PACKS.names()
 
 
 def load_all_packs() -> list[TaskPack]:
@@ -123,37 +132,8 @@ def load_all_packs() -> list[TaskPack]:
 
 def get_pack(name: str) -> TaskPack:
     """The pack `name`: registered, installed (entry point), srpo's own (BUILTIN_PACKS), or
-    "file.py:NAME" / "module:NAME"."""
-    if name in _PACKS:
-        return _PACKS[name]
-    eps = _entry_points()
-    if name in eps:
-        return register_pack(_checked(eps[name].load(), f"task pack {name!r} (entry point)"))
-    if name in BUILTIN_PACKS:  # srpo's own, without an installed entry point
-        ref = BUILTIN_PACKS[name]
-        return register_pack(_checked(import_reference(ref, what="task pack"),
-                                      f"task pack {name!r} ({ref})"))
-    if ":" in name:
-        return register_pack(_import_pack(name))
-    raise ValueError(
-        f"unknown task pack {name!r} (task.name); known packs: {known_pack_names()} (or a "
-        f"user's pack as 'file.py:NAME' / 'package.module:NAME')"
-    )
-
-
-def _import_pack(ref: str) -> TaskPack:
-    pack = _checked(import_reference(ref, what="task pack"), f"task pack {ref!r}")
-    if pack.name != ref:
-        # the config names it by reference: register it under that name too
-        pack = TaskPack(**{**{f: getattr(pack, f) for f in pack.__dataclass_fields__}, "name": ref})
-    return pack
-
-
-def _checked(obj: Any, where: str) -> TaskPack:
-    if not isinstance(obj, TaskPack):
-        what = f"the class {obj.__name__}" if isinstance(obj, type) else f"a {type(obj).__name__}"
-        raise ValueError(f"{where} is {what}, not a srpo.packs.TaskPack value")
-    return obj
+    "file.py:NAME" / "module:NAME" (srpo.plugins)."""
+    return PACKS.get(name)
 
 
 def agent_defaults(workflow: Any, pack: TaskPack | None) -> dict[str, dict[str, Any]]:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 import string
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 # One chat turn: {"role": "system" | "user" | "assistant", "content": str}.
 Message = dict[str, str]
@@ -35,7 +36,7 @@ def template_problem(template: str, fields: Sequence[str]) -> str | None:
         for _, name, _, _ in string.Formatter().parse(template):
             if name is not None and name not in fields:
                 return f"bad template {template!r}: {{{name}}} is not one of its fields; {hint}"
-        template.format(**{f: "" for f in fields})
+        template.format(**dict.fromkeys(fields, ""))
     except (KeyError, IndexError, ValueError, AttributeError, TypeError) as e:
         return f"bad template {template!r}: {e!r}; {hint}"
     return None

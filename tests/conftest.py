@@ -33,10 +33,9 @@ def workflows_registered_here_stay_here():
     see only what was registered before it."""
     from srpo.workflows import registry
 
-    before = dict(registry._REGISTRY)
+    before = registry.WORKFLOWS.registered()
     yield
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(before)
+    registry.WORKFLOWS.reset(before)
 
 
 def make_episodes(
@@ -77,7 +76,9 @@ def make_episodes(
                     members.append(
                         Member(agent=agents[j], policy="shared", prompt_ids=p, response_ids=r, loss_mask=mask)
                     )
-                transitions.append(ActiveSet(members=tuple(members), event=f"step{turn}", task_id=task.task_id, turn=turn))
+                transitions.append(
+                    ActiveSet(members=tuple(members), event=f"step{turn}", task_id=task.task_id, turn=turn)
+                )
             reward = rng.choice([0.0, 0.5, 1.0])
             episodes.append(Episode(task=task, workflow="test", transitions=transitions, reward=reward))
     return episodes

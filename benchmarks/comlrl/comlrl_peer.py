@@ -22,17 +22,17 @@ import json
 import os
 import re
 import time
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import torch  # noqa: E402
-from datasets import Dataset  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
-
-from comlrl.trainers.reinforce.magrpo import MAGRPOConfig, MAGRPOTrainer  # noqa: E402
+import torch
+from comlrl.trainers.reinforce.magrpo import MAGRPOConfig, MAGRPOTrainer
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 
 def integer_reward(gold: str):
@@ -64,7 +64,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    items = json.loads(open(args.prompts).read())
+    items = json.loads(Path(args.prompts).read_text())
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     # pad must not be <|im_end|>: CoMLRL finds a prompt's end at its first pad token, and
     # <|im_end|> ends every chat turn inside the prompt (its completions then decode empty)

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from srpo.build import load_tasks
 from srpo.config import load_config
 from srpo.integrations.verl import AGENT_LOOP
 from srpo.integrations.verl.episode import task_to_row
-from srpo.build import load_tasks
 
 
 def main(argv: list[str] | None = None) -> None:

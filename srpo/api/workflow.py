@@ -105,10 +105,10 @@ def _describe(obj: Any) -> str:
 
 def _check_name_is_free(name: str, cls: type) -> None:
     """A class may take a registered name only if that name is already its own."""
-    from srpo.workflows.registry import _REGISTRY
+    from srpo.workflows.registry import registered_factory
 
-    if name in _REGISTRY and _REGISTRY[name][0] is not cls:
-        owner = _REGISTRY[name][0]
+    owner = registered_factory(name)
+    if owner is not None and owner is not cls:
         raise ValueError(f"workflow: the class {cls.__name__} is named {name!r}, which is "
                          f"registered already for {getattr(owner, '__qualname__', owner)!r}; give "
                          f"the class another `name`")

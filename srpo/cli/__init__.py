@@ -2,9 +2,9 @@
 
 A command family is a function `add(subparsers)` that registers its subcommands on argparse's
 subparsers object, each with a `handler(args) -> exit code` default (heavy imports inside the
-handlers, so `srpo --help` stays fast). Families are found through Python entry points (group
-"srpo.commands", declared in pyproject.toml), so a package adds a subcommand the way it adds a
-task pack:
+handlers, so `srpo --help` stays fast). Families are found by srpo.plugins' one lookup, through
+Python entry points (group "srpo.commands", declared in pyproject.toml), so a package adds a
+subcommand the way it adds a task pack:
 
     [project.entry-points."srpo.commands"]
     mine = "my_pkg.cli:add_my_commands"      # def add_my_commands(sub): sub.add_parser("mine")...
@@ -21,10 +21,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from importlib.metadata import entry_points
 from typing import Any
 
 from srpo import __version__
+from srpo.plugins import Registry
 
 ENTRY_POINT_GROUP = "srpo.commands"
 # srpo's own families, in the order `srpo --help` lists their commands, by the references
@@ -40,22 +40,26 @@ BUILTIN_COMMANDS = {
 AddCommands = Callable[[argparse._SubParsersAction], None]
 
 
+def _accept(add: Any, name: str, where: str) -> AddCommands:
+    if not callable(add):
+        raise ValueError(f"it is a {type(add).__name__}, not a function add(subparsers)")
+    return add
+
+
+COMMANDS: Registry[AddCommands] = Registry("command family", plural="command families",
+                                          group=ENTRY_POINT_GROUP, accept=_accept, builtins=BUILTIN_COMMANDS)
+
+
 def command_families() -> list[tuple[str, Any]]:
     """(name, what registers it) for every family: srpo's own first (an installed entry point
     of the same name wins over its reference here), then the other installed ones by name. What
     registers it is an entry point (call .load()) or a "module:function" reference."""
-    eps = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
-    names = [*BUILTIN_COMMANDS, *sorted(set(eps) - set(BUILTIN_COMMANDS))]
-    return [(name, eps[name] if name in eps else BUILTIN_COMMANDS[name]) for name in names]
+    return COMMANDS.sources()
 
 
-def _load_family(source: Any) -> AddCommands:
-    from srpo.workflows.registry import import_reference
-
-    add = import_reference(source, what="command family") if isinstance(source, str) else source.load()
-    if not callable(add):
-        raise ValueError(f"it is a {type(add).__name__}, not a function add(subparsers)")
-    return add
+def _load_family(name: str, source: Any) -> AddCommands:
+    # not COMMANDS.get(name): a family that fails to load is left out (add_command_families)
+    return _accept(COMMANDS.load(source), name, name)
 
 
 def add_command_families(sub: argparse._SubParsersAction) -> None:
@@ -63,8 +67,8 @@ def add_command_families(sub: argparse._SubParsersAction) -> None:
     for name, source in command_families():
         where = source if isinstance(source, str) else getattr(source, "value", name)
         try:
-            _load_family(source)(sub)
-        except Exception as e:  # noqa: BLE001 - any failure of a package's code: say which, go on
+            _load_family(name, source)(sub)
+        except Exception as e:
             print(f"srpo: the command family {name!r} ({where}) was left out: "
                   f"{type(e).__name__}: {e}", file=sys.stderr)
 

@@ -78,12 +78,11 @@ def _error(message: str, code: int) -> int:
 def rollout_command(args: argparse.Namespace) -> int:
     import torch
 
-    from srpo.config import load_config
     from srpo.build import build_rollout, build_workflow_from, load_tasks
+    from srpo.cli.destination import check_destination
+    from srpo.config import load_config
     from srpo.rollout.records import write_jsonl
     from srpo.rollout.runner import rollout_metrics, workflow_error_line
-
-    from srpo.cli.destination import check_destination
 
     try:
         check_destination(args.out)  # before any work: a file written only at the end

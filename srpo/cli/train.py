@@ -73,7 +73,7 @@ def _stopped_line(trainer, interrupt) -> str:
     run_dir, steps = trainer.run_dir, trainer.cfg.train.steps
     try:
         ckpt = latest_checkpoint(run_dir)
-    except Exception:  # noqa: BLE001 - the line is said anyway; resume=true checks it properly
+    except Exception:
         ckpt = None
     where = f"from its checkpoint {ckpt.name}" if ckpt is not None else "from step 0 (no checkpoint yet)"
     after = " (training done; its final evaluation, report or export unfinished)" if trainer.step >= steps else ""
@@ -140,11 +140,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
+    from srpo.build import build_rollout, load_tasks, task_pack
+    from srpo.cli.destination import check_destination
     from srpo.config import ConfigError, load_config
     from srpo.train.checkpoint import CheckpointError
-    from srpo.build import build_rollout, load_tasks, task_pack
     from srpo.train.evaluate import evaluate, write_eval_json
-    from srpo.cli.destination import check_destination
 
     config, overrides = _split_args(args.config, args.overrides)
     try:
@@ -180,8 +180,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         def on_progress(done: int, total: int, correct: int) -> None:
             bar.update(completed=done, info=f"accuracy so far {100 * correct / done:.1f}% ({correct}/{done})")
         try:
-            result, episodes = evaluate(runner, workflow, tasks, seed=cfg.seed, success_component=cfg.eval.success_component or task_pack(cfg).success_component,
-                                 batch_tasks=cfg.eval.batch_tasks, on_progress=on_progress)
+            result, episodes = evaluate(runner, workflow, tasks, seed=cfg.seed,
+                                        success_component=cfg.eval.success_component
+                                        or task_pack(cfg).success_component,
+                                        batch_tasks=cfg.eval.batch_tasks, on_progress=on_progress)
         except Exception as e:
             return _workflow_error("srpo eval", e)
     if args.out:
@@ -292,7 +294,8 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 def add_train_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a multi-agent system (no CONFIG: the built-in default job)")
     p.add_argument("config", nargs="?", help="YAML preset (srpo/presets/*.yaml); default: the built-in CPU job")
-    p.add_argument("overrides", nargs="*", help="key=value overrides, anywhere on the line, e.g. train.steps=4 output_dir=runs/x")
+    p.add_argument("overrides", nargs="*",
+                   help="key=value overrides, anywhere on the line, e.g. train.steps=4 output_dir=runs/x")
     p.add_argument("--workflow", help="train another workflow than the configured one (a name or file.py:Class); "
                                       "it starts from its own params, as a workflow.name=... override does")
     p.set_defaults(handler=_cmd_train)
@@ -301,7 +304,8 @@ def add_train_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("config", nargs="?", help="YAML preset or a run directory")
     p.add_argument("overrides", nargs="*", help="key=value overrides (anywhere on the line, also after options)")
     p.add_argument("--workflow", help="evaluate another workflow than the configured one")
-    p.add_argument("--n", type=int, default=None, help="number of held-out tasks (default: eval.size, else task.heldout_size)")
+    p.add_argument("--n", type=int, default=None,
+                   help="number of held-out tasks (default: eval.size, else task.heldout_size)")
     p.add_argument("--out", help="also write the result, with per-task correctness, as JSON here "
                                  "(X.json), and the episodes beside it (X.episodes.jsonl.gz)")
     p.add_argument("--trust-export", action="store_true",

@@ -30,10 +30,11 @@ names, sampling parameters...) are its `model_validator`s, which raise ConfigErr
 
 The package: `schema.py` is the schema (the sections; what the config *is*). `errors.py` turns
 pydantic's ValidationError into one ConfigError that names the dotted key. `yaml_reader.py`
-reads YAML within the bounds above. `loading.py` reads the YAML file, parses `key=value` overrides (`parse_override`, `apply_overrides`, `set_dotted`,
-which need the declared type of a dotted key to leave string values verbatim), resets the
-params of a workflow and the settings of a task pack that an override replaces, and runs the
-machine checks (`check_environment`), which Config itself never runs.
+reads YAML within the bounds above. `loading.py` reads the YAML file, parses `key=value`
+overrides (`parse_override`, `apply_overrides`, `set_dotted`, which need the declared type of a
+dotted key to leave string values verbatim), resets the params of a workflow and the settings of
+a task pack that an override replaces, and runs the machine checks (`check_environment`), which
+Config itself never runs.
 """
 
 from srpo.config.errors import ConfigError

@@ -278,12 +278,15 @@ def read_config_file(path: Path) -> dict[str, Any]:
         from srpo.config.presets import preset_names
 
         close = difflib.get_close_matches(str(path).removesuffix(".yaml"), preset_names(), n=3)
-        hint = f"; did you mean the preset {' or '.join(close)}?" if close else " (nor a preset: `srpo presets` lists them)"
+        hint = (f"; did you mean the preset {' or '.join(close)}?" if close
+                else " (nor a preset: `srpo presets` lists them)")
         raise ConfigError(f"{where} does not exist{hint}")
     data = load_yaml(read_config_text(path), where)
     if data is None:  # nothing, only comments, or `null`: surely not the file meant
-        raise ConfigError(f"{where} is empty (or holds only comments): a config file holds a "
-                          f"mapping of settings, e.g. `train: {{steps: 2}}`")
+        raise ConfigError(
+            f"{where} is empty (or holds only comments): a config file holds a "
+            f"mapping of settings, e.g. `train: {{steps: 2}}`"
+        )
     if not isinstance(data, dict):
         raise ConfigError(f"{where} must hold a mapping at top level, got {type(data).__name__}")
     return data
@@ -328,8 +331,7 @@ def _check_rollout_memory(cfg: Config) -> None:
     memory available now."""
     from srpo.config.schema import rollouts_per_step
 
-    tokens = max([cfg.sampling.max_new_tokens,
-                  *(a.sampling.get("max_new_tokens", 0) for a in cfg.agents.values())])
+    tokens = max([cfg.sampling.max_new_tokens, *(a.sampling.get("max_new_tokens", 0) for a in cfg.agents.values())])
     need = rollouts_per_step(cfg) * tokens * BYTES_PER_GENERATED_TOKEN
     available = _available_memory()
     if available is not None and need > available:
@@ -352,11 +354,15 @@ def _check_device(device: str) -> None:
         )
     index = torch.device(device).index  # the schema checked that torch parses it
     if device.startswith("cuda") and index is not None and index >= torch.cuda.device_count():
-        raise ConfigError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA "
-                          f"device(s) (cuda:0 to cuda:{torch.cuda.device_count() - 1})")
+        raise ConfigError(
+            f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA "
+            f"device(s) (cuda:0 to cuda:{torch.cuda.device_count() - 1})"
+        )
     if device == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(f"device 'mps': MPS is not available on this machine "
-                          f"(torch.backends.mps.is_available() is False); use device=cpu")
+        raise ConfigError(
+            "device 'mps': MPS is not available on this machine "
+            "(torch.backends.mps.is_available() is False); use device=cpu"
+        )
 
 
 def _check_output_dir(output_dir: str) -> None:
@@ -375,14 +381,16 @@ def _check_output_dir(output_dir: str) -> None:
         shown = output_dir if len(output_dir) <= 80 else output_dir[:60] + "..."
         raise ConfigError(
             f"output_dir {shown!r} cannot be a directory: {e.strerror or e}"
-            + (f" (a name of {len(os.fsencode(longest))} bytes; file systems allow at most 255)"
-               if e.errno == errno.ENAMETOOLONG else "")
+            + (
+                f" (a name of {len(os.fsencode(longest))} bytes; file systems allow at most 255)"
+                if e.errno == errno.ENAMETOOLONG
+                else ""
+            )
         ) from None
     if not existing.is_dir():
         where = "exists as a file" if existing == path else f"is under the file {str(existing)!r}"
         raise ConfigError(f"output_dir {output_dir!r} {where}: it must be a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError(
-            f"output_dir {output_dir!r}: {str(existing)!r} is not writable, so the run could "
-            f"not write its files there"
+            f"output_dir {output_dir!r}: {str(existing)!r} is not writable, so the run could not write its files there"
         )

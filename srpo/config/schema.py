@@ -6,8 +6,9 @@ from __future__ import annotations
 import difflib
 import math
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Mapping, Self, Sequence, TypeVar, Union
+from typing import Annotated, Any, Self, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -29,9 +30,8 @@ from srpo.packs import get_pack
 from srpo.rollout.agents import SamplingParams
 from srpo.rollout.engines import get_engine, known_engine_names
 from srpo.rollout.runner import CUT_ANSWERS
-from srpo.workflows.base import UNCONSUMED
 from srpo.types import template_problem
-
+from srpo.workflows.base import UNCONSUMED
 
 # --------------------------------------------------------------------------- field types
 
@@ -123,7 +123,7 @@ class LoraSection(_Section):
     rank: int = 8  # r
     alpha: Float = 16.0  # lora_alpha (scale = alpha / rank)
     dropout: Float = 0.0  # lora_dropout
-    target_modules: Union[str, List[str]] = "all-linear"  # peft target_modules
+    target_modules: str | List[str] = "all-linear"  # peft target_modules
 
     @model_validator(mode="after")
     def _check(self) -> Self:

@@ -213,7 +213,8 @@ METHODS: dict[str, MethodSpec] = {
             advantage_unit="member", group_keys=("task", "agent"), aggregation="member_mean",
         ),
         MethodSpec(
-            name="magrpo", description="MAGRPO: joint reward, group-relative over joint rollouts, same value to every agent",
+            name="magrpo",
+            description="MAGRPO: joint reward, group-relative over joint rollouts, same value to every agent",
             ratio_unit="token", clip_low=0.2, clip_high=0.2,
             advantage_unit="episode", group_keys=("task",), aggregation="agent_seq_mean_token_mean",
         ),

@@ -19,7 +19,6 @@ from typing import Any
 
 from srpo.types import Message, check_template
 
-
 # The lowest temperature above 0: below it, logits / temperature make the sampled distribution
 # one-hot to float32 precision for any real logit gap (greedy in all but name, with log-probs the
 # trainer divides by it again) and overflow float32 near 1e-37; use 0 for greedy decoding

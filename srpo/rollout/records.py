@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from srpo.jsonl import dumps_line
 from srpo.disk import atomic_write_text
+from srpo.jsonl import dumps_line
 from srpo.types import Episode
 
 

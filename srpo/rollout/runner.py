@@ -318,8 +318,9 @@ class RolloutRunner:
             lv.gen.close()
             raise ValueError(
                 f"workflow {lv.ctx.workflow_name!r} did not finish within {lv.max_rounds} generation "
-                f"rounds (task {lv.ctx.task.task_id!r}, rollout {lv.ctx.rollout_index}): its stop condition never held; end run() with a "
-                f"return, or set the workflow's max_rounds (srpo.rollout.runner.MAX_ROUNDS)"
+                f"rounds (task {lv.ctx.task.task_id!r}, rollout {lv.ctx.rollout_index}): its stop condition "
+                f"never held; end run() with a return, or set the workflow's max_rounds "
+                f"(srpo.rollout.runner.MAX_ROUNDS)"
             )
         single = not isinstance(yielded, list)
         items = [yielded] if single else yielded
@@ -349,8 +350,9 @@ class RolloutRunner:
             spec = self.agents[item.agent]
             messages = tuple(spec.messages(item.content))
             prompt_ids = self.tokenize_chat(spec.policy, messages)
-            target = Output(agent=spec.name, policy=spec.policy, messages=messages,
-                            prompt_ids=prompt_ids, index=len(ctx.outputs))
+            target = Output(
+                agent=spec.name, policy=spec.policy, messages=messages, prompt_ids=prompt_ids, index=len(ctx.outputs)
+            )
             ctx.outputs.append(target)
             context_ids = prompt_ids
         elif isinstance(item, Continue):
@@ -391,17 +393,13 @@ class RolloutRunner:
                 f"an empty answer is the single eos token"
             )
         if gen.stop_reason not in STOP_REASONS:
-            raise ValueError(
-                f"{where}: unknown stop reason {gen.stop_reason!r}; expected {STOP_REASONS}"
-            )
+            raise ValueError(f"{where}: unknown stop reason {gen.stop_reason!r}; expected {STOP_REASONS}")
         tok = self.backend.policies[req.policy].tokenizer
         if gen.stop_reason == "eos" and ids[-1] != tok.eos_token_id:
             raise ValueError(f"{where}: stop_reason 'eos' but the last token is not eos")
         if gen.logprobs is not None:
             if len(gen.logprobs) != len(ids):
-                raise ValueError(
-                    f"{where}: {len(gen.logprobs)} log-probs for {len(ids)} tokens"
-                )
+                raise ValueError(f"{where}: {len(gen.logprobs)} log-probs for {len(ids)} tokens")
             if not all(math.isfinite(x) for x in gen.logprobs):
                 raise ValueError(f"{where}: non-finite sampling log-prob")
         text = tok.decode(ids, skip_special_tokens=True)
@@ -466,8 +464,10 @@ def _finite_sum(components: dict[str, float], where: str) -> float:
     except OverflowError:  # fsum's own "intermediate overflow"
         total = math.inf
     if not math.isfinite(total):
-        raise ValueError(f"{where}: the reward components {components} sum past the largest float "
-                         f"({total}); lower the weights of the reward functions")
+        raise ValueError(
+            f"{where}: the reward components {components} sum past the largest float "
+            f"({total}); lower the weights of the reward functions"
+        )
     return total
 
 
@@ -487,8 +487,9 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     stop/length: share of members cut by the token budget; members/empty: members whose
     response is only the eos token; members/unconsumed_share: the share of outputs no
     transition read (singletons of `unread` outputs), and members/unconsumed_share/<event>
-    the same for the outputs produced for each event's transitions (read or not); episode/<key>: the mean of a number the workflow recorded in
-    episode metadata (e.g. episode/route_invalid, the share of unparsable router outputs).
+    the same for the outputs produced for each event's transitions (read or not); episode/<key>:
+    the mean of a number the workflow recorded in episode metadata (e.g. episode/route_invalid,
+    the share of unparsable router outputs).
     """
     out: dict[str, float] = {"episodes": float(len(episodes))}
     if not episodes:
@@ -531,8 +532,9 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     out["members/unconsumed_share"] = sum(unread.values()) / members if members else 0.0
     # the share of episodes whose final answer (what the reward read: metadata extracted_answer)
     # is the most common one; a constant answer is a drift (srpo.train.drift)
-    answers = Counter(e.metadata["extracted_answer"] for e in episodes
-                      if e.metadata.get("extracted_answer") is not None)
+    answers = Counter(
+        e.metadata["extracted_answer"] for e in episodes if e.metadata.get("extracted_answer") is not None
+    )
     if answers:
         out["answers/top_share"] = answers.most_common(1)[0][1] / len(episodes)
     for k in sorted(produced):

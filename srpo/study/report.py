@@ -239,7 +239,8 @@ def markdown(spec: StudySpec, summary: dict[str, Any], metrics: dict[str, Any] |
                   + ref + " only | other only | p |", "|---|---|---|---|---|---|---|---|---|---|"]
         for m, scopes in summary["paired"].items():
             for scope, c in scopes.items():
-                lines.append(f"| {m} | {scope} | {c['runs']} | {c['n']} | {_pct(c['other'])} | {_pct(c['reference'])} | "
+                lines.append(f"| {m} | {scope} | {c['runs']} | {c['n']} | {_pct(c['other'])} | "
+                             f"{_pct(c['reference'])} | "
                              f"{100 * c['diff']:+.1f} [{100 * c['low']:+.1f}, {100 * c['high']:+.1f}] | "
                              f"{c['ref_only']} | {c['other_only']} | {c['p']:.3g} |")
     if summary["budget"]:
@@ -264,7 +265,8 @@ def markdown(spec: StudySpec, summary: dict[str, Any], metrics: dict[str, Any] |
                     if v is None:
                         cells.append("-")
                     else:
-                        cells.append(f"{v['mean']:.3g} ({v['max']:.3g})" + (f" {v['nonfinite']} non-finite" if v["nonfinite"] else ""))
+                        cells.append(f"{v['mean']:.3g} ({v['max']:.3g})"
+                                     + (f" {v['nonfinite']} non-finite" if v["nonfinite"] else ""))
                 lines.append(f"| {s} | {m} | " + " | ".join(cells) + " |")
     if summary["missing"]:
         lines += ["", f"Not run yet ({len(summary['missing'])} cells): " + ", ".join(summary["missing"])]

@@ -38,8 +38,8 @@ from typing import Any
 import torch
 
 from srpo.batch import FlatBatch
-from srpo.jsonl import dumps_line, split_lines
 from srpo.disk import open_no_follow, writing
+from srpo.jsonl import dumps_line, split_lines
 from srpo.objective.methods import SetUpdateState
 from srpo.rollout.records import episode_to_dict
 from srpo.types import Episode, Member

@@ -1,9 +1,9 @@
 """Held-out accuracy of a workflow: greedy, one rollout per task, per workflow and per agent.
 
 The workflow's accuracy is the share of held-out tasks whose final answer is correct (the
-episode's "correct" reward component for math, "em" = exact match for search). Each agent's accuracy scores that agent's own outputs
-against the gold answer with the task's reward function, so one sees whether, e.g., the solvers
-or the aggregator improved.
+episode's "correct" reward component for math, "em" = exact match for search). Each agent's
+accuracy scores that agent's own outputs against the gold answer with the task's reward
+function, so one sees whether, e.g., the solvers or the aggregator improved.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from srpo.rollout.runner import RolloutRunner
 from srpo.disk import atomic_write_text
+from srpo.rollout.runner import RolloutRunner
 from srpo.train.stats import Interval, wilson_interval
 from srpo.types import Episode, Task
 from srpo.workflows.base import Workflow, normalize_reward
@@ -77,11 +77,12 @@ class EvalResult:
 
     def summary(self) -> str:
         a = self.accuracy
-        line = (f"{self.workflow}: {100 * a.estimate:.1f}% of {self.n} "
-                f"(95% CI {100 * a.low:.1f}-{100 * a.high:.1f})")
+        line = f"{self.workflow}: {100 * a.estimate:.1f}% of {self.n} (95% CI {100 * a.low:.1f}-{100 * a.high:.1f})"
         if self.top_answer_share is not None and self.top_answer_share >= CONSTANT_ANSWER_SHARE:
-            line += (f"; {100 * self.top_answer_share:.0f}% of the answers are {self.top_answer!r} "
-                     "(a near-constant answer: see what the policy learned)")
+            line += (
+                f"; {100 * self.top_answer_share:.0f}% of the answers are {self.top_answer!r} "
+                "(a near-constant answer: see what the policy learned)"
+            )
         return line
 
 
@@ -110,8 +111,7 @@ def greedy_runner(runner: RolloutRunner, seed: int) -> RolloutRunner:
         name: dataclasses.replace(spec, sampling=spec.sampling.replace(temperature=0.0))
         for name, spec in runner.agents.items()
     }
-    return RolloutRunner(agents, runner.backend, runner.reward_fn, seed=seed,
-                         answer_key=runner.answer_key)
+    return RolloutRunner(agents, runner.backend, runner.reward_fn, seed=seed, answer_key=runner.answer_key)
 
 
 def success_component_of(reward_fn: Any) -> str:
@@ -125,8 +125,10 @@ def success_component_of(reward_fn: Any) -> str:
 def _is_correct(components: dict[str, float], success: str) -> bool:
     """Solved = the success component is > 0 (components are weighted: give it a weight)."""
     if success not in components:
-        raise ValueError(f"the success component {success!r} (eval.success_component) is not a "
-                         f"reward component (got {sorted(components)})")
+        raise ValueError(
+            f"the success component {success!r} (eval.success_component) is not a "
+            f"reward component (got {sorted(components)})"
+        )
     return components[success] > 0
 
 

@@ -26,9 +26,9 @@ import math
 import numbers
 import os
 import warnings
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from collections.abc import Callable
-from typing import Any, Mapping
+from typing import Any
 
 from srpo.disk import atomic_write_text, open_no_follow
 from srpo.jsonl import dumps_line, split_lines

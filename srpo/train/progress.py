@@ -74,7 +74,9 @@ def _EtaColumn():  # a rich column, built lazily: rich is imported only when bar
     class EtaColumn(ProgressColumn):
         def render(self, task) -> Text:
             done = task.completed - task.fields.get("first", 0)
-            left = eta_seconds(task.elapsed or 0.0, done, None if task.total is None else task.total - task.fields.get("first", 0))
+            left = eta_seconds(
+                task.elapsed or 0.0, done, None if task.total is None else task.total - task.fields.get("first", 0)
+            )
             if left is None:
                 return Text("eta -:--:--")
             m, sec = divmod(round(left), 60)
@@ -108,22 +110,35 @@ class RunProgress:
 
             console = Console(file=self.stream, force_terminal=True, highlight=False)
             self._bars = Progress(
-                TextColumn("{task.description:<10}"), BarColumn(bar_width=30), MofNCompleteColumn(),
-                TextColumn("elapsed"), TimeElapsedColumn(), _EtaColumn(),
+                TextColumn("{task.description:<10}"),
+                BarColumn(bar_width=30),
+                MofNCompleteColumn(),
+                TextColumn("elapsed"),
+                TimeElapsedColumn(),
+                _EtaColumn(),
                 TextColumn("{task.fields[info]}"),
-                console=console, refresh_per_second=4,
+                console=console,
+                refresh_per_second=4,
             )
             self._bars.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self._bars is not None:
             self._bars.stop()
             self._bars = None
 
-    def bar(self, description: str, total: float | None = None, *, completed: float = 0,
-            info: str = "", transient: bool = False) -> Bar:
+    def bar(
+        self,
+        description: str,
+        total: float | None = None,
+        *,
+        completed: float = 0,
+        info: str = "",
+        transient: bool = False,
+    ) -> Bar:
         """A new bar; transient bars disappear when closed (phases), the others stay (the run)."""
         if self._bars is None:
             return Bar(None, None, transient)

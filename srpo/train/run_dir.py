@@ -246,7 +246,8 @@ def resume_checkpoint(run_dir: Path, *, resume: bool, fingerprint: str, resumabl
     if meta.get("config_fingerprint") != fingerprint:
         raise ValueError(
             f"checkpoint {ckpt} was written by another config (fingerprint "
-            f"{meta.get('config_fingerprint')} != {fingerprint}){_differences_line(run_dir, config, resumable_fields)}; "
+            f"{meta.get('config_fingerprint')} != {fingerprint})"
+            f"{_differences_line(run_dir, config, resumable_fields)}; "
             f"only {', '.join(resumable_fields)} may change when resuming"
         )
     return ckpt
@@ -263,7 +264,7 @@ def _check_data_state(ckpt: Path, data_state: dict[str, Any]) -> None:
 
 
 def _differences_line(run_dir: Path, config: dict[str, Any] | None, skip: tuple[str, ...]) -> str:
-    """", differing in: a: x -> y, ..." against the run's config.yaml, or "" when that cannot be said."""
+    """ ", differing in: a: x -> y, ..." against the run's config.yaml, or "" when that cannot be said."""
     from srpo.train.run_identity import config_differences
 
     path = run_dir / CONFIG_FILE
@@ -296,5 +297,7 @@ def rewind_logs(run_dir: Path, logger: Any, step: int, checkpoint: Path | None, 
         episodes_log.drop_steps_after(run_dir, step)
     if checkpoint is not None:
         return f"resumed from {checkpoint} at step {step}"
-    return (f"resume=true: {run_dir} has no complete checkpoint; starting from step 0 (the log of the "
-            "interrupted run is discarded)")
+    return (
+        f"resume=true: {run_dir} has no complete checkpoint; starting from step 0 (the log of the "
+        "interrupted run is discarded)"
+    )

@@ -53,7 +53,7 @@ def config_differences(before: Mapping[str, Any], after: Mapping[str, Any], *,
             for key in list(a) + [k for k in b if k not in a]:
                 walk(a.get(key, absent), b.get(key, absent), f"{path}.{key}" if path else str(key))
         elif a != b:
-            show = lambda v: "<absent>" if v is absent else repr(v)  # noqa: E731
+            show = lambda v: "<absent>" if v is absent else repr(v)
             out.append(f"{path}: {show(a)} -> {show(b)}")
 
     walk(before, after, "")

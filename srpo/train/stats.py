@@ -54,7 +54,7 @@ def _binom_two_sided(k: int, n: int) -> float:
     """Exact two-sided p-value of k successes in n fair coin flips."""
     if n == 0:
         return 1.0
-    tail = sum(math.comb(n, i) for i in range(0, min(k, n - k) + 1)) / 2**n
+    tail = sum(math.comb(n, i) for i in range(min(k, n - k) + 1)) / 2**n
     return min(1.0, 2 * tail)
 
 

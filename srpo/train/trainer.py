@@ -335,8 +335,14 @@ class Trainer:
         if limit == 0:
             return
         records = episodes_log.episode_records(
-            episodes, step=self.step, prompt_text=episodes_log.prompt_decoder(self.policies), batch=batch, update=record,
-            skipped=skipped, keep=episodes_log.kept_episodes(episodes, limit))
+            episodes,
+            step=self.step,
+            prompt_text=episodes_log.prompt_decoder(self.policies),
+            batch=batch,
+            update=record,
+            skipped=skipped,
+            keep=episodes_log.kept_episodes(episodes, limit),
+        )
         episodes_log.write_records(episodes_log.step_file(self.run_dir, self.step), records)
 
     def export(self) -> list[Path]:
@@ -348,5 +354,7 @@ class _NoLogger:
     """The metrics log of ranks other than 0."""
 
     def log(self, step: int, metrics: dict[str, float]) -> None: ...
-    def resume(self, step: int, **kwargs: Any) -> int: return 0
+    def resume(self, step: int, **kwargs: Any) -> int:
+        return 0
+
     def close(self) -> None: ...

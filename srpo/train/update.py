@@ -123,8 +123,10 @@ class PolicyUpdate:
             return self.logprobs(self.reference, micro).logprobs
         model = self.policies.models()[0]  # LoRA: the base with its adapters off is the reference
         with model.disable_adapter():
-            base = PolicySet.shared(model, self.policies[self.policies.names[0]].tokenizer).with_compute_of(self.policies)
-            return self.logprobs(base, dataclasses.replace(micro, member_policy=("shared",) * micro.num_members)).logprobs
+            base = (PolicySet.shared(model, self.policies[self.policies.names[0]].tokenizer)
+                    .with_compute_of(self.policies))
+            return self.logprobs(
+                base, dataclasses.replace(micro, member_policy=("shared",) * micro.num_members)).logprobs
 
     # ---------------------------------------------------------------- the update
 

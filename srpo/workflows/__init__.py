@@ -20,7 +20,7 @@ from srpo.workflows.parallel import ParallelAggregate
 from srpo.workflows.pipeline import Pipeline
 from srpo.workflows.planner import PlannerWorkers, parse_plan
 from srpo.workflows.registry import build_workflow, list_workflows, register_workflow
-from srpo.workflows.routed import RouteError, Routed, parse_route
+from srpo.workflows.routed import Routed, RouteError, parse_route
 from srpo.workflows.single import SingleAgent
 from srpo.workflows.voting import majority
 

@@ -38,9 +38,9 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Union, runtime_checkable
+from typing import Any, Protocol, Union, runtime_checkable
 
 from srpo.types import ActiveSet, Member, Message, Task, check_template
 
@@ -71,10 +71,10 @@ class Continue:
     output: Output
 
 
-RequestLike = Union[Request, Continue, tuple]
+RequestLike = Request | Continue | tuple
 Reply = Union["Output", list["Output"]]
 RewardComponents = dict[str, float]
-WorkflowRun = Generator[Union[RequestLike, list[RequestLike]], Reply, Mapping[str, float]]
+WorkflowRun = Generator[RequestLike | list[RequestLike], Reply, Mapping[str, float]]
 
 
 @dataclass(eq=False)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from srpo.types import Task
-from srpo.workflows.base import GenericRoles, EpisodeContext, Request, WorkflowRun, check_template
+from srpo.workflows.base import EpisodeContext, GenericRoles, Request, WorkflowRun, check_template
 
 SOLVE_PROMPT = "{question}"
 AGGREGATE_PROMPT = (

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from srpo.types import Task
-from srpo.workflows.base import GenericRoles, EpisodeContext, Request, WorkflowRun, check_template
+from srpo.workflows.base import EpisodeContext, GenericRoles, Request, WorkflowRun, check_template
 
 SOLVE_PROMPT = "{question}"
 VERIFY_PROMPT = (

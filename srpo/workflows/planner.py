@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 
 from srpo.types import Task
-from srpo.workflows.base import GenericRoles, EpisodeContext, Request, WorkflowRun, check_template
+from srpo.workflows.base import EpisodeContext, GenericRoles, Request, WorkflowRun, check_template
 from srpo.workflows.parallel import numbered
 
 PLAN_PROMPT = (

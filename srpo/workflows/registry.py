@@ -2,11 +2,13 @@
 
     build_workflow("parallel", {"k": 4})
     register_workflow(MyWorkflow)            # a user's class (name, description, **params)
-    build_workflow("my_flows.py:MyWorkflow") # or by import path, without registering
+    build_workflow("my_flows.py:MyWorkflow") # or by import path (imported once, kept by that name)
     list_workflows()                         # [(name, description), ...]
 
 A factory is any callable taking the workflow's params as keyword arguments (the built-ins are
-dataclasses). Unknown names and params raise ValueError naming them and the known ones.
+dataclasses). Names are looked up as every plug-in is (srpo.plugins: registered, entry point
+group "srpo.workflows", a reference). Unknown names and params raise ValueError naming them,
+the closest known name and the known ones.
 
 Security: a config that names a workflow by import path runs code. Importing the module (or
 executing the file) runs its top-level code, exactly as Hydra's `_target_` does; then only a
@@ -18,14 +20,11 @@ called: `os:system`, a function or any other object is refused with an error.
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import importlib.util
 import inspect
-import sys
 from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+from srpo.plugins import Registry
 from srpo.workflows.base import Workflow
 from srpo.workflows.debate import Debate
 from srpo.workflows.mixed import Mixed
@@ -36,7 +35,34 @@ from srpo.workflows.routed import Routed
 from srpo.workflows.single import SingleAgent
 
 Factory = Callable[..., Workflow]
-_REGISTRY: dict[str, tuple[Factory, str]] = {}
+
+# Workflows of installed task packs (srpo.tasks.search's, the testbed's cover, a third party's)
+# are found through entry points of this group and imported on first use, so this module
+# imports no task pack.
+ENTRY_POINT_GROUP = "srpo.workflows"
+
+
+class Registered(NamedTuple):
+    factory: Factory
+    description: str
+
+
+def _accept(obj: Any, name: str, where: str) -> Registered:
+    """A workflow class, checked by looking at it only (nothing is called): module doc."""
+    problem = _not_a_workflow_class(obj)
+    if problem is None and ":" not in name and obj.name != name:
+        problem = f"its class is named {obj.name!r}"
+    if problem:
+        subject = f"{name.rpartition(':')[2]!r} " if ":" in name else ""
+        raise ValueError(
+            f"{where}: {subject}{problem}; a config may only name a class that implements the workflow "
+            f"protocol (class attributes name and description, agents, a run(task, ctx) method), and it "
+            f"is not called otherwise (docs/workflows.md)")
+    return Registered(obj, obj.description)
+
+
+WORKFLOWS: Registry[Registered] = Registry("workflow", plural="workflows", group=ENTRY_POINT_GROUP,
+                                          accept=_accept, references=True)
 
 
 def register_workflow(factory: Factory, *, name: str | None = None,
@@ -51,38 +77,23 @@ def register_workflow(factory: Factory, *, name: str | None = None,
         raise ValueError(f"workflow factory {factory!r} needs a name")
     if not isinstance(description, str) or not description:
         raise ValueError(f"workflow {name!r} needs a one-line description")
-    _REGISTRY[name] = (factory, description)
+    WORKFLOWS.register(name, Registered(factory, description))
     return factory
 
 
-# Workflows of installed task packs (srpo.tasks.search's, the testbed's cover, a third party's)
-# are found through entry points of this group and imported on first use, so this module
-# imports no task pack.
-ENTRY_POINT_GROUP = "srpo.workflows"
-
-
-def _installed() -> dict[str, Any]:
-    from importlib.metadata import entry_points
-
-    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
-
-
-def _load_installed(name: str, entry_point: Any) -> Factory:
-    factory = entry_point.load()
-    problem = _not_a_workflow_class(factory)
-    if problem or getattr(factory, "name", None) != name:
-        raise ValueError(f"workflow entry point {name!r} ({entry_point.value}): "
-                         f"{problem or 'its class is named ' + repr(getattr(factory, 'name', None))}")
-    return register_workflow(factory)
+def registered_factory(name: str) -> Factory | None:
+    """The factory registered under `name` in this process, or None."""
+    entry = WORKFLOWS.registered().get(name)
+    return entry.factory if entry is not None else None
 
 
 def list_workflows() -> list[tuple[str, str]]:
     """(name, one-line description) of every registered workflow, the built-ins first, then
     the installed task packs' (loaded on this call)."""
-    for name, entry_point in _installed().items():
-        if name not in _REGISTRY:
-            _load_installed(name, entry_point)
-    return [(n, d) for n, (_, d) in _REGISTRY.items()]
+    for name in WORKFLOWS.installed():
+        if name not in WORKFLOWS:
+            WORKFLOWS.get(name)
+    return [(n, entry.description) for n, entry in WORKFLOWS.registered().items()]
 
 
 def _params_of(factory: Factory) -> list[str] | None:
@@ -93,79 +104,6 @@ def _params_of(factory: Factory) -> list[str] | None:
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return None
     return [p.name for p in params if p.name != "self"]
-
-
-def import_reference(ref: str, *, what: str) -> Any:
-    """"package.module:Name" or "path/to/file.py:Name" -> the object named (a file is executed
-    as a module of its own, `_exec_file`). ValueError naming `what` and `ref` when it cannot be
-    imported. Used for user workflows here and for user task packs (srpo.packs)."""
-    module_ref, _, attr = ref.rpartition(":")
-    try:
-        if module_ref.endswith(".py"):
-            path = Path(module_ref)
-            if not path.is_file():
-                raise FileNotFoundError(f"no such file {module_ref!r}")
-            module = _exec_file(path, f"srpo_user_{what.replace(' ', '_')}_{path.stem}")
-        else:
-            module = importlib.import_module(module_ref)
-    except (ImportError, FileNotFoundError) as e:
-        raise ValueError(f"{what} {ref!r}: cannot import {module_ref!r}: {e}") from e
-    except SystemExit as e:  # sys.exit() at import: not the end of srpo's command
-        raise ValueError(f"{what} {ref!r}: {module_ref!r} called sys.exit({e.code!r}) while it was "
-                         f"imported; a {what} file must not exit at import") from None
-    if not hasattr(module, attr):
-        raise ValueError(f"{what} {ref!r}: {module_ref!r} has no attribute {attr!r}")
-    return getattr(module, attr)
-
-
-def _exec_file(path: Path, name: str) -> Any:
-    """Execute a user's .py file as the module `name`, with its folder first on sys.path while it
-    runs, so that it can `import helper` from a helper.py beside it, as `python file.py` could.
-
-    Why this way: a user's pack or workflow file is a script, not part of a package, and is
-    written to be run from its folder; loading it as a submodule of a package named after its
-    folder would take only `from . import helper`, which such a file does not say. The folder is
-    on sys.path only while the file executes (the entry is removed after, also on an error), so
-    it does not shadow modules for the rest of the process. What the file imports while it runs
-    stays imported (in sys.modules under its plain name, e.g. `helper`), so its functions can use
-    those modules later; a module first imported inside a function, after loading, is not found
-    there (import it at the top of the file). Two user files that each import a different
-    module of the same name get the one imported first, as in any Python process."""
-    folder = str(path.resolve().parent)
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, folder)
-    try:
-        spec.loader.exec_module(module)
-    except ImportError:  # what the file imports: import_reference names it
-        raise
-    except SyntaxError as e:  # the file's own errors: one line naming it, not their traceback
-        raise ValueError(f"{path} cannot be imported: SyntaxError at line {e.lineno}: {e.msg}") from None
-    except Exception as e:  # noqa: BLE001 - whatever the user's code raises while it is imported
-        first = (str(e).strip().splitlines() or [""])[0][:200]
-        raise ValueError(f"{path} raised {type(e).__name__} while it was imported"
-                         + (f": {first}" if first else "")) from None
-    finally:
-        try:
-            sys.path.remove(folder)  # the first entry equal to it: ours, unless the file added one
-        except ValueError:  # the file removed it itself
-            pass
-    return module
-
-
-def _import_factory(ref: str) -> Factory:
-    """"package.module:Name" or "path/to/file.py:Name" -> the workflow class named."""
-    attr = ref.rpartition(":")[2]
-    target = import_reference(ref, what="workflow")
-    problem = _not_a_workflow_class(target)
-    if problem:
-        raise ValueError(
-            f"workflow {ref!r}: {attr!r} {problem}; a config may only name a class that implements "
-            f"the workflow protocol (class attributes name and description, agents, a run(task, ctx) "
-            f"method), and it is not called otherwise (docs/workflows.md)"
-        )
-    return target
 
 
 def _not_a_workflow_class(obj: Any) -> str | None:
@@ -190,17 +128,7 @@ def build_workflow(name: str, params: Mapping[str, Any] | None = None) -> Workfl
     "my_package.my_module:MyWorkflow" or "path/to/my_workflow.py:MyWorkflow", so a workflow
     written in one file runs from a config or the CLI without registering it anywhere.
     """
-    installed = {} if name in _REGISTRY or ":" in name else _installed()
-    if name in _REGISTRY:
-        factory, _ = _REGISTRY[name]
-    elif name in installed:
-        factory = _load_installed(name, installed[name])
-    elif ":" in name:
-        factory = _import_factory(name)
-    else:
-        raise ValueError(f"unknown workflow {name!r}; known workflows: "
-                         f"{sorted(set(_REGISTRY) | set(installed))} "
-                         f"(or give a user workflow as 'module:Class' / 'file.py:Class')")
+    factory = WORKFLOWS.get(name).factory
     params = dict(params or {})
     known = _params_of(factory)
     unknown = sorted(set(params) - set(known)) if known is not None else []

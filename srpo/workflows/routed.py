@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from srpo.types import Task
-from srpo.workflows.base import GenericRoles, EpisodeContext, Request, WorkflowRun, check_template
+from srpo.workflows.base import EpisodeContext, GenericRoles, Request, WorkflowRun, check_template
 from srpo.workflows.parallel import numbered
 from srpo.workflows.voting import majority, split_voters
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from srpo.types import Task
-from srpo.workflows.base import GenericRoles, EpisodeContext, Request, WorkflowRun, check_template
+from srpo.workflows.base import EpisodeContext, GenericRoles, Request, WorkflowRun, check_template
 
 DEFAULT_PROMPT = "{question}"
 

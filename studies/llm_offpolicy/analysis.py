@@ -138,7 +138,8 @@ def l1(cells: Cells, seeds: Sequence[int]) -> dict[str, Any]:
     out: dict[str, Any] = {"comparisons": {}}
     ps = []
     for b in L1_BASELINES:
-        diffs = [cells.accuracy((s, "srpo", seed)) - cells.accuracy((s, b, seed)) for s in MATH_SETTINGS for seed in seeds]
+        diffs = [cells.accuracy((s, "srpo", seed)) - cells.accuracy((s, b, seed))
+                 for s in MATH_SETTINGS for seed in seeds]
         p = sign_flip_p(diffs)
         ps.append(p)
         higher, ties = sign_counts(diffs)
@@ -323,7 +324,8 @@ def l5(cells: Cells, spec, settings: Sequence[str] = ("math-mixed", "math-routed
             for row in rows:
                 for key, v in row.items():
                     parts = key.split("/")
-                    if len(parts) == 3 and parts[0] == "set_ratio" and parts[2] == "log_std" and parts[1].startswith("k"):
+                    if (len(parts) == 3 and parts[0] == "set_ratio" and parts[2] == "log_std"
+                            and parts[1].startswith("k")):
                         by_k.setdefault(int(parts[1][1:]), []).append(v)
             norms = [statistics.fmean(v for k, v in row.items() if k.startswith("grad_norm/")) for row in rows
                      if any(k.startswith("grad_norm/") for k in row)]
@@ -409,8 +411,10 @@ def plot_degradation(deg: dict[str, Any], path: str | Path, lrs: dict[str, float
         lv = [lvl for lvl in ("r4", "s") if lvl in levels]
         x = [lrs[lvl] * (1 + 0.04 * (i - 1.5)) for lvl in lv]  # a small offset keeps the bars apart
         rate = [levels[lvl]["rate"] for lvl in lv]
-        err = [[levels[lvl]["rate"] - levels[lvl]["low"] for lvl in lv], [levels[lvl]["high"] - levels[lvl]["rate"] for lvl in lv]]
-        ax_rate.errorbar(x, rate, yerr=err, marker="o", capsize=3, label=f"{family} (runs: {'/'.join(str(levels[l]['runs']) for l in lv)})")
+        err = [[levels[lvl]["rate"] - levels[lvl]["low"] for lvl in lv],
+               [levels[lvl]["high"] - levels[lvl]["rate"] for lvl in lv]]
+        ax_rate.errorbar(x, rate, yerr=err, marker="o", capsize=3,
+                         label=f"{family} (runs: {'/'.join(str(levels[lvl]['runs']) for lvl in lv)})")
         acc = [100 * levels[lvl]["heldout_change"] for lvl in lv]
         sem = [100 * (levels[lvl]["heldout_change_sem"] or 0.0) for lvl in lv]
         ax_acc.errorbar(x, acc, yerr=sem, marker="o", capsize=3, label=family)
@@ -535,9 +539,9 @@ def markdown(a: dict[str, Any]) -> str:
     lines.append(f"| L1 SRPO gains more than GRPO, GSPO, MAGRPO (r4) | {h['verdict']} | {nums} |")
     h = a["L2"]
     if "counts" in h:
-        nums = "degraded of 15: " + ", ".join(f"{m} {c['degraded']}" for m, c in h["counts"].items()) + "; " + "; ".join(
-            f"vs {b}: Holm p(SRPO more) {c['p_srpo_more_holm']:.3g}, p(SRPO fewer) {c['p_srpo_fewer_holm']:.3g}"
-            for b, c in h["comparisons"].items())
+        nums = ("degraded of 15: " + ", ".join(f"{m} {c['degraded']}" for m, c in h["counts"].items()) + "; "
+                + "; ".join(f"vs {b}: Holm p(SRPO more) {c['p_srpo_more_holm']:.3g}, "
+                            f"p(SRPO fewer) {c['p_srpo_fewer_holm']:.3g}" for b, c in h["comparisons"].items()))
     else:
         nums = h["cells"]
     lines.append(f"| L2 SRPO degrades more often than GRPO, MAGRPO (s) | {h['verdict']} | {nums} |")
@@ -547,7 +551,8 @@ def markdown(a: dict[str, Any]) -> str:
     lines.append(f"| L3 SRPO beats MAGRPO on search-credit (r4) | {h['verdict']} | {nums} |")
     h = a["L4"]
     nums = (", ".join(f"{m} {v:.2f}" for m, v in h["median_share"].items()) if "median_share" in h else h["cells"])
-    lines.append(f"| L4 reuse makes the clip act (median run's share of steps with clipping) | {h['verdict']} | {nums} |")
+    lines.append(f"| L4 reuse makes the clip act (median run's share of steps with clipping) | {h['verdict']} "
+                 f"| {nums} |")
     if h.get("by_study"):
         lines += ["", "## L4 by study, r4 runs finished so far (descriptive)", "",
                   ("A step whose sets all had zero advantage updates nothing and counts as a step without clipping; "
@@ -572,11 +577,13 @@ def markdown(a: dict[str, Any]) -> str:
         for family, levels in per_family.items():
             for lvl, d in levels.items():
                 sem = "-" if d["heldout_change_sem"] is None else f"{100 * d['heldout_change_sem']:.1f}"
-                lines.append(f"| {family} | {lvl} | {d['runs']} | {d['degraded']} ({100 * d['low']:.0f}-{100 * d['high']:.0f}%) "
+                lines.append(f"| {family} | {lvl} | {d['runs']} | {d['degraded']} "
+                             f"({100 * d['low']:.0f}-{100 * d['high']:.0f}%) "
                              f"| {_pct(d['heldout_change'])} +- {sem} |")
     for study, per_setting in a["secondary"].items():
         lines += ["", f"## Secondary ({study})", "",
-                  "| setting | method | runs | held-out | vs base (points, 95% CI, McNemar p) | final reward | clip frac | approx KL | entropy | degenerate share | steps that updated |",
+                  "| setting | method | runs | held-out | vs base (points, 95% CI, McNemar p) | final reward "
+                  "| clip frac | approx KL | entropy | degenerate share | steps that updated |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]
         for s, per in per_setting.items():
             for m, r in per.items():
@@ -584,7 +591,8 @@ def markdown(a: dict[str, Any]) -> str:
                 vs = f"{_pct(vb['diff'])} [{_pct(vb['low'])}, {_pct(vb['high'])}], p = {vb['p']:.3g}" if vb else "-"
                 cols = [f"{r[k]:.4g}" if r.get(k) is not None else "-" for k in
                         ("final_reward", "clip_frac", "approx_kl", "entropy", "degenerate_share", "updating_steps")]
-                lines.append(f"| {s} | {m} | {r['runs']} | {100 * r['accuracy']:.1f}% | {vs} | " + " | ".join(cols) + " |")
+                lines.append(f"| {s} | {m} | {r['runs']} | {100 * r['accuracy']:.1f}% | {vs} | "
+                             + " | ".join(cols) + " |")
     if a.get("retrieval"):
         lines += retrieval_markdown(a["retrieval"])
     missing = {k: v for k, v in a["missing"].items() if v}
@@ -607,9 +615,9 @@ def retrieval_markdown(r: dict[str, Any]) -> list[str]:
             cols.append(f"{statistics.fmean(vals):.3f}" + ("" if sem is None else f" +- {sem:.3f}"))
         lines.append(f"| {m} | {len(runs)} | " + " | ".join(cols) + " |")
     if "diff" in r:
-        lines += ["", "SRPO minus MAGRPO per seed (" + str(r["paired_seeds"]) + " pairs, exact sign-flip): " + "; ".join(
-            f"{k} {d['mean_diff']:+.3f} (SRPO higher in {d['higher']}, ties {d['ties']}, p = {d['p']:.3g})"
-            for k, d in r["diff"].items())]
+        lines += ["", "SRPO minus MAGRPO per seed (" + str(r["paired_seeds"]) + " pairs, exact sign-flip): "
+                  + "; ".join(f"{k} {d['mean_diff']:+.3f} (SRPO higher in {d['higher']}, ties {d['ties']}, "
+                              f"p = {d['p']:.3g})" for k, d in r["diff"].items())]
     else:
         lines += ["", f"Paired seeds finished: {r['paired_seeds']} (the test waits for all)."]
     return lines

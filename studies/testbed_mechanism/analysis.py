@@ -208,7 +208,7 @@ def h2(records: dict[tuple, list[dict]], planned: dict[tuple, int]) -> dict[str,
     if not complete or not all(m in out["slopes"] for m in methods):
         out["verdict"] = "not run yet"
         return out
-    flat = all(-0.25 <= out["slopes"][m][1] and out["slopes"][m][2] <= 0.25 for m in methods[:2])
+    flat = all(out["slopes"][m][1] >= -0.25 and out["slopes"][m][2] <= 0.25 for m in methods[:2])
     grows = all(out["slopes"][m][1] > 0.25 for m in methods[2:])
     outside = any(out["slopes"][m][2] < -0.25 or out["slopes"][m][1] > 0.25 for m in methods[:2]) or any(
         out["slopes"][m][2] <= 0.25 for m in methods[2:])

@@ -127,9 +127,13 @@ def write_plots(records: dict, folder: Path) -> list[Path]:
     matplotlib.use("Agg")
     folder.mkdir(parents=True, exist_ok=True)
     made = [
-        _curves(records, "stress_core", "k4", "H1: sets of 4, reward by stress level", folder / "stress_core_curves.png"),
+        _curves(
+            records, "stress_core", "k4", "H1: sets of 4, reward by stress level", folder / "stress_core_curves.png"
+        ),
         _collapse(records, folder / "collapse_by_level.png"),
-        _by_size(records, "ratio/k{k}/log_std", "std of the method's own log-ratio", folder / "ratio_spread_by_size.png"),
+        _by_size(
+            records, "ratio/k{k}/log_std", "std of the method's own log-ratio", folder / "ratio_spread_by_size.png"
+        ),
         _by_size(records, "grad_norm/mean", "gradient norm (mean over policies)", folder / "grad_norm_by_size.png"),
         _curves(records, "credit", "rounds", "H3: 3 rounds of 4, per-transition credit", folder / "credit_curves.png"),
         _curves(records, "stress_fair", "k4", "H6: fair clip ranges, sets of 4", folder / "stress_fair_curves.png"),

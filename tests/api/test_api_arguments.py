@@ -150,7 +150,8 @@ def test_a_workflow_name_with_params():
 
 
 def test_an_unknown_workflow_name_or_parameter_is_named():
-    with pytest.raises(ValueError, match=r"^workflow: unknown workflow 'debait'; known workflows: \[.*'debate'"):
+    with pytest.raises(ValueError, match=r"^workflow: unknown workflow 'debait'; did you mean 'debate'\? "
+                                         r"known workflows: \[.*'debate'"):
         trainer(workflow="debait")
     with pytest.raises(ValueError, match=r"^workflow_params: workflow 'debate' has no parameter\(s\) \['k'\]"):
         trainer(workflow="debate", workflow_params={"k": 2})
@@ -254,7 +255,8 @@ def test_a_dataset_without_its_prompt_key_is_refused_naming_the_row():
     ([{"prompt": [{"role": "user", "content": "2+2?"}]}], TypeError, r"train_dataset\[0\]\['prompt'\] is a list"),
     ([{"prompt": "  "}], ValueError, r"train_dataset\[0\]\['prompt'\] must be non-empty text"),
     ([{"prompt": "a", "answer": ["4"]}], TypeError, r"train_dataset\[0\]\['answer'\] must be text or a number"),
-    ([{"prompt": "a", "task_id": 1}, {"prompt": "b", "task_id": "1"}], ValueError, r"train_dataset\[1\]: task_id '1' repeats"),
+    ([{"prompt": "a", "task_id": 1}, {"prompt": "b", "task_id": "1"}], ValueError,
+     r"train_dataset\[1\]: task_id '1' repeats"),
 ])
 def test_bad_rows(rows, error, message):
     with pytest.raises(error, match=message):

@@ -15,9 +15,9 @@ import torch
 from srpo import SRPOConfig, SRPOTrainer
 from srpo.config import load_config
 from srpo.models import build_tiny_model
+from srpo.train.metrics import run_dependent
 from srpo.train.trainer import Trainer
 from srpo.workflows.base import RewardFailure
-from srpo.train.metrics import run_dependent
 
 # SRPOTrainer registers workflows process-wide: undo this file's registrations (tests/conftest.py)
 pytestmark = pytest.mark.usefixtures("workflows_registered_here_stay_here")
@@ -111,7 +111,7 @@ def test_the_docs_custom_workflow_example_runs_verbatim(tmp_path, monkeypatch):
     assert trainer.config.workflow.name == "propose_and_check"
     assert trainer.config.workflow.params == {"hint": "Reply with the number only."}
     assert trainer.config.agents["proposer"].system_prompt is None  # a plain role
-    (row,) = [r for r in train_rows(tmp_path / result.run_dir)][:1]
+    (row,) = list(train_rows(tmp_path / result.run_dir))[:1]
     assert row["sets/k1/count"] > 0
     assert result.steps_done == 2 and result.before.n == result.after.n == 4
 

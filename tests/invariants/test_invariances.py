@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import prepare_full_step, make_episodes, random_logprob_pair
+from conftest import make_episodes, prepare_full_step, random_logprob_pair
 
 import srpo
 from srpo.batch import build_flat_batch, pack_sets
@@ -112,7 +112,9 @@ def test_member_and_set_order_do_not_matter(reduction):
     perm = torch.randperm(9, generator=g)
     relabel = torch.tensor([3, 2, 1, 0])
     lp2 = logprobs.detach()[perm].clone().requires_grad_(True)
-    loss2, _ = srpo.setwise_policy_loss(lp2, old[perm], mask[perm], relabel[set_index[perm]], adv[relabel.argsort()], **kw)
+    loss2, _ = srpo.setwise_policy_loss(
+        lp2, old[perm], mask[perm], relabel[set_index[perm]], adv[relabel.argsort()], **kw
+    )
     (grad2,) = torch.autograd.grad(loss2, lp2)
     torch.testing.assert_close(loss2, loss, rtol=0, atol=1e-12)
     torch.testing.assert_close(grad2, grad[perm], rtol=0, atol=1e-12)
@@ -132,7 +134,7 @@ def test_member_order_inside_sets_does_not_matter_for_any_method(name):
         m, t = batch.response_mask.shape
         old = torch.full((m, t), -1.0, dtype=torch.float64)
         # log-ratio = a function of the member's own tokens, so it travels with the member
-        lp = old + 0.05 * torch.sin(batch.input_ids[:, batch.prompt_length:].double())
+        lp = old + 0.05 * torch.sin(batch.input_ids[:, batch.prompt_length :].double())
         filled, _ = prepare_full_step(spec, batch, old)
         loss, _ = method_policy_loss(spec, filled, lp)
         results.append(loss.detach())

@@ -52,9 +52,8 @@ def test_compute_context_autocasts_only_in_bf16():
         assert (a @ b).dtype == torch.bfloat16
     with compute_context("float32", "cpu"):
         assert (a @ b).dtype == torch.float32
-    with pytest.raises(ValueError, match="compute dtype"):
-        with compute_context("float16"):
-            pass
+    with pytest.raises(ValueError, match="compute dtype"), compute_context("float16"):
+        pass
 
 
 @pytest.mark.parametrize("has_units", [True, False])

@@ -30,7 +30,9 @@ def smoke_run(tmp_path_factory) -> SmokeRun:
 
 def _counts(page) -> tuple[int, dict[int, int]]:
     c = page.locator("#ep-counts")
-    return int(c.get_attribute("data-episodes")), {int(k): v for k, v in json.loads(c.get_attribute("data-sets")).items()}
+    return int(c.get_attribute("data-episodes")), {
+        int(k): v for k, v in json.loads(c.get_attribute("data-sets")).items()
+    }
 
 
 def _rows(page) -> list[list[str]]:
@@ -84,7 +86,9 @@ def test_filters_change_what_is_shown(page, smoke_run, tmp_path):
     step, index = (int(x) for x in _rows(page)[1][:2])
     from srpo.train import episodes_log
 
-    ep = next(e for e in episodes_log.read_records(episodes_log.step_file(smoke_run.run_dir, step)) if e["index"] == index)
+    ep = next(
+        e for e in episodes_log.read_records(episodes_log.step_file(smoke_run.run_dir, step)) if e["index"] == index
+    )
     shown = page.locator("#ep-detail .transition")
     assert shown.count() == len(ep["transitions"])
     for i, t in enumerate(ep["transitions"]):

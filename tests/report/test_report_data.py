@@ -13,8 +13,8 @@ import pytest
 from report_helpers import STEPS, SmokeRun, make_smoke_run
 
 from srpo.cli import main
-from srpo.train.report import ReportError, collect_run, write_report
 from srpo.train import episodes_log
+from srpo.train.report import ReportError, collect_run, write_report
 from srpo.types import ActiveSet, Episode, Member, Task
 
 
@@ -102,7 +102,9 @@ def test_non_interactive_log_has_one_line_a_step_and_no_control_characters(smoke
     assert [x.split()[1] for x in step_lines] == [f"{i}/{STEPS}" for i in range(1, STEPS + 1)]
     # no bar redraws: no carriage return, escape or other control character (tabs aside)
     for name, text in (("stdout", out), ("stderr", err)):
-        bad = sorted({hex(ord(c)) for c in text if ord(c) < 32 and c not in "\n\t"} | ({"0x7f"} if "\x7f" in text else set()))
+        bad = sorted(
+            {hex(ord(c)) for c in text if ord(c) < 32 and c not in "\n\t"} | ({"0x7f"} if "\x7f" in text else set())
+        )
         assert not bad, f"{name} holds control characters {bad}"
     # the base model's evaluation says it started (minutes on the default job) and what it found
     assert "evaluating (before): 8 held-out problems ..." in out and out.count("[eval before]") == 1
@@ -113,8 +115,11 @@ def _member(agent: str) -> Member:
 
 
 def test_a_step_keeps_whole_task_groups_up_to_the_limit():
-    eps = [Episode(Task(f"t{t}", "q"), "w", [ActiveSet((_member("a"),), "e", f"t{t}")], 0.0)
-           for t in range(3) for _ in range(4)]  # 3 tasks x G 4, task-major
+    eps = [
+        Episode(Task(f"t{t}", "q"), "w", [ActiveSet((_member("a"),), "e", f"t{t}")], 0.0)
+        for t in range(3)
+        for _ in range(4)
+    ]  # 3 tasks x G 4, task-major
     assert episodes_log.kept_episodes(eps, None) == list(range(12))
     assert episodes_log.kept_episodes(eps, 9) == list(range(8))  # 2 whole groups; a third would be 12
     assert episodes_log.kept_episodes(eps, 3) == []

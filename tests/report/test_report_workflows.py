@@ -17,7 +17,6 @@ from srpo.batch import build_flat_batch
 from srpo.models import build_byte_tokenizer
 from srpo.objective import get_method, prepare_step
 from srpo.objective.methods import SetUpdateState
-from srpo.train.report import collect_run, write_report
 from srpo.rollout import AgentSpec, PolicySet, RolloutRunner, SamplingParams, ScriptedBackend
 from srpo.tasks.math import MathReward
 from srpo.tasks.search.env import SearchEnv
@@ -25,6 +24,7 @@ from srpo.tasks.search.records import Passage
 from srpo.tasks.search.rewards import SearchReward
 from srpo.train import episodes_log
 from srpo.train.episodes_log import UpdateRecord
+from srpo.train.report import collect_run, write_report
 from srpo.types import Task
 from srpo.workflows import build_workflow
 
@@ -60,9 +60,16 @@ def script(req) -> str:
 
 
 def run_workflow(name: str, tmp_path: Path):
-    agents = [AgentSpec(r, system_prompt=f"You are the {r}.",
-                        sampling=SamplingParams(max_new_tokens=48, stop=("</search>",) if r in ("searcher", "query_writer") else ()))
-              for r in ROLES]
+    agents = [
+        AgentSpec(
+            r,
+            system_prompt=f"You are the {r}.",
+            sampling=SamplingParams(
+                max_new_tokens=48, stop=("</search>",) if r in ("searcher", "query_writer") else ()
+            ),
+        )
+        for r in ROLES
+    ]
     backend = ScriptedBackend(PolicySet.scripted(TOK, ("shared",)), script, logprob=-1.0)
     if name in SEARCH:
         wf = build_workflow(name).with_environment(SearchEnv(OneDocRetriever(), top_k=1, max_turns=3))
@@ -97,8 +104,9 @@ def run_dir(tmp_path_factory) -> Path:
         s = batch.num_sets
         record.add(range(s), SetUpdateState(torch.linspace(-0.1, 0.1, s), (torch.arange(s) % 2).float(), torch.ones(s)))
         skipped = (batch.set_advantages == 0).tolist()
-        recs = episodes_log.episode_records(eps, step=step, prompt_text=lambda m: TOK.decode(m.prompt_ids),
-                                            batch=batch, update=record, skipped=skipped)
+        recs = episodes_log.episode_records(
+            eps, step=step, prompt_text=lambda m: TOK.decode(m.prompt_ids), batch=batch, update=record, skipped=skipped
+        )
         episodes_log.write_records(episodes_log.step_file(run, step), recs)
         rows.append({"step": step, "loss": 0.0, "rollout/episodes": float(len(eps)), **metrics})
     (run / "config.yaml").write_text(yaml.safe_dump({"workflow": {"name": "several"}, "train": {"steps": len(rows)}}))
@@ -116,9 +124,13 @@ def test_every_workflow_keeps_its_transitions_and_members(run_dir):
         assert len(eps) == 4
         workflows = {e["workflow"] for e in eps}
         assert workflows == ({"critic_loop"} if name == "critic" else workflows if name == "mixed" else {name})
-        row = next(r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if r["step"] == step)
+        row = next(
+            r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if r["step"] == step
+        )
         sizes = Counter(t["size"] for e in eps for t in e["transitions"])
-        assert {f"sets/k{k}/count": float(n) for k, n in sizes.items()} == {k: v for k, v in row.items() if re.fullmatch(r"sets/k\d+/count", k)}
+        assert {f"sets/k{k}/count": float(n) for k, n in sizes.items()} == {
+            k: v for k, v in row.items() if re.fullmatch(r"sets/k\d+/count", k)
+        }
         for e in eps:
             for t in e["transitions"]:
                 assert t["size"] == len(t["members"]) and t["skipped"] == (t["advantage"] == 0.0)
@@ -137,7 +149,7 @@ def test_the_report_shows_search_turns_marked_and_every_workflow_without_error(r
     names = MATH + SEARCH + ["critic"]
     with open_report(run_dir / "report.html") as page:
         assert page.errors == [] and page.requests == []
-        for step, name in enumerate(names, start=1):
+        for step, _name in enumerate(names, start=1):
             page.select_option("#f-step", str(step))
             assert int(page.locator("#ep-counts").get_attribute("data-episodes")) == 4
             page.locator("#ep-list tbody tr").first.click()

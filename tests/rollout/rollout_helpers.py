@@ -16,6 +16,7 @@ from srpo.rollout.backends import GenerationRequest
 from srpo.tasks.math import MathReward
 from srpo.types import Task
 
+
 @pytest.fixture(scope="session")
 def tok():
     return build_byte_tokenizer()

@@ -54,7 +54,9 @@ def test_config_examples_reach_the_agent_and_bad_ones_name_the_key():
     agents = build_agents(cfg)
     assert agents["solver"].examples == (("Q: 2+2?", "<answer>4</answer>"),)
     assert agents["aggregator"].examples == ()  # per role: nobody else sees them
-    with pytest.raises(ConfigError, match=r"agents.solver.*examples\[0\]: must be \[user, assistant\], both turns non-empty"):
+    with pytest.raises(
+        ConfigError, match=r"agents.solver.*examples\[0\]: must be \[user, assistant\], both turns non-empty"
+    ):
         load_config(SMOKE, ["agents.solver.examples=[['Q', ' ']]"])
     with pytest.raises(ConfigError, match=r"agents.solver: examples\[0\]: must be \[user, assistant\]"):
         load_config(SMOKE, ["agents.solver.examples=[['Q', 'A', 'B']]"])
@@ -65,8 +67,7 @@ def test_config_examples_reach_the_agent_and_bad_ones_name_the_key():
 def test_examples_are_in_the_prompt_and_never_in_the_trained_response():
     tok = build_byte_tokenizer()
     agents = [AgentSpec("solver", examples=SHOTS[:1])]
-    backend = ScriptedBackend(PolicySet.scripted(tok, ("shared",)), lambda req: "9",
-                              logprob=-1.0)
+    backend = ScriptedBackend(PolicySet.scripted(tok, ("shared",)), lambda req: "9", logprob=-1.0)
     runner = RolloutRunner(agents, backend, MathReward())
     result = runner.run([Task("t0", "Q: 4+5?", "9")], build_workflow("single"), group_size=1)
     (member,) = result.episodes[0].transitions[0].members

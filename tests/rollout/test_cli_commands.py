@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from srpo import cli
+from srpo import cli, plugins
 from srpo.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +35,7 @@ class _FakeEntryPoint:
 def no_entry_points(monkeypatch):
     """As in an environment where srpo is not installed: no entry point of the group."""
     found = []
-    monkeypatch.setattr(cli, "entry_points", lambda group: list(found))
+    monkeypatch.setattr(plugins, "entry_points", lambda group: list(found))  # srpo.plugins' lookup
     return found
 
 

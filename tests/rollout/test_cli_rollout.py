@@ -64,7 +64,7 @@ def test_rollout_other_workflow_and_ids(tmp_path, capsys):
 @pytest.mark.parametrize(
     "argv,message",
     [
-        (["--workflow", "paralel"], "unknown workflow 'paralel'; known workflows"),
+        (["--workflow", "paralel"], "unknown workflow 'paralel'; did you mean 'parallel'? known workflows"),
         (["sampling.temprature=1"], "unknown key(s) ['sampling.temprature']"),
         (["workflow.params={aggregator: judge}"], "needs agent(s) ['judge']"),
         (["--n", "999"], "asked for 999 train tasks"),

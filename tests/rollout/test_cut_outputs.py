@@ -47,7 +47,7 @@ def test_cut_share_counts_length_stops_only():
         cut_share([])
 
 
-def test_episode_reward_charged_for_its_cut_share(tok):  # noqa: F811
+def test_episode_reward_charged_for_its_cut_share(tok):
     runner, _ = scripted_runner(tok, script, max_new_tokens=16)
     plain = runner.run(make_tasks(2), debate(), group_size=2).episodes
     runner.overlong_penalty = check_penalty(0.6)
@@ -64,7 +64,7 @@ def test_episode_reward_charged_for_its_cut_share(tok):  # noqa: F811
         assert s.set_returns() == pytest.approx([0.9])
 
 
-def test_transition_with_its_own_reward_is_charged_for_its_members(tok):  # noqa: F811
+def test_transition_with_its_own_reward_is_charged_for_its_members(tok):
     runner, _ = scripted_runner(tok, script, max_new_tokens=16, overlong_penalty=0.6)
     ep = runner.run(make_tasks(1), debate(credit="debaters"), group_size=1).episodes[0]
     # credit "debaters": mean of the 3 members' own rewards = 1.1; one of 3 cut: 1.1 - 0.2
@@ -85,7 +85,7 @@ def test_apply_charges_every_transition_by_its_own_share():
 
 
 @pytest.mark.parametrize("bad", [-0.1, float("nan"), float("inf"), True, "0.5"])
-def test_runner_refuses_a_bad_penalty(tok, bad):  # noqa: F811
+def test_runner_refuses_a_bad_penalty(tok, bad):
     with pytest.raises((ValueError, TypeError), match="overlong penalty"):
         scripted_runner(tok, script, overlong_penalty=bad)
 
@@ -114,7 +114,7 @@ def wrong_debater(req):
     return LONG if req.agent == "checker" else "\\boxed{5}"
 
 
-def test_cut_outputs_do_not_vote_and_score_as_no_answer(tok):  # noqa: F811
+def test_cut_outputs_do_not_vote_and_score_as_no_answer(tok):
     wf = build_workflow("debate", {"debaters": ["checker", "checker", "debater"], "rounds": 1})
     scored, _ = scripted_runner(tok, wrong_debater, max_new_tokens=16)
     ep = scored.run(make_tasks(1), wf).episodes[0]
@@ -135,7 +135,7 @@ def test_cut_outputs_do_not_vote_and_score_as_no_answer(tok):  # noqa: F811
     assert ep.set_returns() == pytest.approx([0.1, 0.0, 0.0])
 
 
-def test_all_cut_scores_nothing(tok):  # noqa: F811
+def test_all_cut_scores_nothing(tok):
     wf = build_workflow("debate", {"debaters": ["checker"] * 3, "rounds": 1})
     runner, _ = scripted_runner(tok, wrong_debater, max_new_tokens=16, cut_answers="none")
     ep = runner.run(make_tasks(1), wf).episodes[0]
@@ -176,7 +176,7 @@ class CutThenFinish:
         return ctx.score(out)
 
 
-def test_no_answer_follows_the_latest_generation(tok):  # noqa: F811
+def test_no_answer_follows_the_latest_generation(tok):
     def reply(req):
         seen = tok.decode(list(req.prompt_ids))
         return "\\boxed{4}" if "<tool>" in seen else LONG
@@ -199,7 +199,7 @@ def test_cut_answers_setting_is_checked_and_kept_out_of_evaluation():
         type(runner)(runner.agents, runner.backend, runner.reward_fn, cut_answers="drop")
 
 
-def test_own_credit_gives_each_answer_its_own_set_and_reward(tok):  # noqa: F811
+def test_own_credit_gives_each_answer_its_own_set_and_reward(tok):
     """debate credit "own" (per-output credit): each read answer is a set of 1 credited its own
     reward; the cut one is a singleton credited the unconsumed reward; the episode keeps the vote."""
     wf = build_workflow("debate", {"debaters": ["checker", "debater", "debater"], "rounds": 1,
@@ -223,7 +223,7 @@ def test_own_credit_gives_each_answer_its_own_set_and_reward(tok):  # noqa: F811
     assert [(s.event, s.size) for s in ep.transitions] == [("round-1", 1)] * 2 + [("round-2", 1)] * 2
 
 
-def test_in_set_keeps_the_sets_and_credits_srpo_had_before_consumed_sets(tok):  # noqa: F811
+def test_in_set_keeps_the_sets_and_credits_srpo_had_before_consumed_sets(tok):
     """train.unconsumed: in_set (the default) gives exactly the old sets: every answer in the
     vote's set, in generation order, and a per-debater credit over all of them."""
     wf = build_workflow("debate", {"debaters": ["checker", "debater", "debater"], "rounds": 1,

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from pydantic import field_validator
 
+from srpo import plugins
 from srpo.build import build_backend, build_rollout, load_tasks
 from srpo.config import Config, ConfigError, from_dict, load_config, to_dict
 from srpo.config.presets import PRESETS_DIR, preset_names
@@ -38,8 +39,8 @@ class _FakeEntryPoint:
 def no_entry_points(monkeypatch):
     """As in an environment where srpo is not installed: no entry point, nothing registered."""
     found = []
-    monkeypatch.setattr(engines, "entry_points", lambda group: list(found))
-    monkeypatch.setattr(engines, "_ENGINES", {})
+    monkeypatch.setattr(plugins, "entry_points", lambda group: list(found))  # srpo.plugins' lookup
+    monkeypatch.setattr(engines.ENGINES, "_registered", {})
     return found
 
 
@@ -105,7 +106,8 @@ def test_a_third_party_engine_comes_through_entry_points(no_entry_points, polici
     # its section is checked when the config loads, by its own model, naming the dotted key
     with pytest.raises(ConfigError, match=r"^rollout\.echo\.reply: must not be empty"):
         load_config(SMOKE, ["rollout.backend=echo", "rollout.echo.reply=''"])
-    with pytest.raises(ConfigError, match=r"^unknown key\(s\) \['rollout\.echo\.volume'\]; known keys of rollout\.echo: \['reply'\]"):
+    with pytest.raises(ConfigError, match=r"^unknown key\(s\) \['rollout\.echo\.volume'\]; "
+                                          r"known keys of rollout\.echo: \['reply'\]"):
         load_config(SMOKE, ["rollout.backend=echo", "rollout.echo.volume=3"])
 
 
@@ -117,7 +119,7 @@ def test_an_installed_entry_point_wins_over_the_fallback(no_entry_points):
 
 def test_an_entry_point_must_give_an_engine(no_entry_points):
     no_entry_points.append(_FakeEntryPoint("bad", "their_pkg:ENGINE", {"name": "bad"}))
-    with pytest.raises(ConfigError, match=r"rollout\.backend: engine 'bad' \(entry point\) is a dict, "
+    with pytest.raises(ConfigError, match=r"rollout\.backend: generation engine 'bad' \(entry point\) is a dict, "
                                           r"not a srpo\.rollout\.engines\.Engine value"):
         load_config(SMOKE, ["rollout.backend=bad"])
 
@@ -144,7 +146,8 @@ def test_the_engines_settings_reach_their_backends(policies):
 
 
 @pytest.mark.parametrize("overrides, match", [
-    (["rollout.hf.sampler=gumbel"], r"^rollout\.hf\.sampler: must be one of \['inverse_cdf', 'multinomial'\], got 'gumbel'"),
+    (["rollout.hf.sampler=gumbel"],
+     r"^rollout\.hf\.sampler: must be one of \['inverse_cdf', 'multinomial'\], got 'gumbel'"),
     (["rollout.hf.share_prefill=3"], r"^rollout\.hf\.share_prefill must be true or false, got 3"),
     (["rollout.hf=3"], r"^rollout\.hf must be a mapping \(the settings of engine 'hf'\), got 3"),
     (["rollout.backend=ctranslate2", "rollout.ctranslate2.compute_type=int4"],
@@ -164,7 +167,8 @@ def test_a_bad_engine_setting_names_its_dotted_key(overrides, match):
         load_config(SMOKE, overrides)
 
 
-@pytest.mark.parametrize("old, new", [("sampler=multinomial", "hf.sampler"), ("share_prefill=false", "hf.share_prefill"),
+@pytest.mark.parametrize("old, new", [("sampler=multinomial", "hf.sampler"),
+                                      ("share_prefill=false", "hf.share_prefill"),
                                       ("ct2_compute_type=int8", "ctranslate2.compute_type"),
                                       ("ct2_threads=2", "ctranslate2.threads")])
 def test_the_flat_keys_of_before_name_their_new_place(tmp_path, old, new):

@@ -4,7 +4,7 @@ reward, empty generations, broken workflows."""
 from __future__ import annotations
 
 import pytest
-from rollout_helpers import make_agents, make_tasks, scripted_runner, tok
+from rollout_helpers import make_agents, make_tasks, scripted_runner, tok  # noqa: F401 (fixtures)
 
 from srpo.batch import build_flat_batch
 from srpo.rollout import (
@@ -30,7 +30,8 @@ from srpo.workflows import (
 
 
 def test_unknown_workflow_lists_the_known_ones():
-    with pytest.raises(ValueError, match=r"unknown workflow 'paralel'; known workflows: \[.*'parallel'"):
+    with pytest.raises(ValueError, match=r"unknown workflow 'paralel'; did you mean 'parallel'\? "
+                                         r"known workflows: \[.*'parallel'"):
         build_workflow("paralel")
 
 
@@ -172,7 +173,8 @@ def test_raising_reward_names_task_and_agent(tok):
         raise ZeroDivisionError("boom")
 
     runner, _ = scripted_runner(tok, reward=reward)
-    with pytest.raises(RewardFailure, match=r"task 't0' \(answer of agent 'aggregator', workflow 'parallel'\): ZeroDivisionError: boom"):
+    with pytest.raises(RewardFailure, match=r"task 't0' \(answer of agent 'aggregator', workflow 'parallel'\): "
+                                            r"ZeroDivisionError: boom"):
         runner.run(make_tasks(1), build_workflow("parallel"))
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from srpo.build import build_agents, build_policies, build_rollout, load_tasks
 from srpo.config import (
     Config,
     ConfigError,
@@ -15,7 +16,6 @@ from srpo.config import (
     parse_override,
     to_dict,
 )
-from srpo.build import build_agents, build_policies, build_rollout, load_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "srpo" / "presets" / "smoke.yaml"
@@ -74,7 +74,8 @@ def test_int_is_accepted_for_float_and_round_trip():
         (["rollout.record_logprobs=yes please"], r"rollout.record_logprobs must be true or false"),
         (["agents.solver.policy=ghost"], r"agents.solver.policy: unknown policy 'ghost'"),
         (["agents.solver.sampling.temp=1"], r"agents.solver.sampling: unknown key\(s\) \['temp'\]"),
-        (["agents.solver.template={question}"], r"agents.solver.template: bad template '\{question\}'.*it may use \['input'\]"),
+        (["agents.solver.template={question}"],
+         r"agents.solver.template: bad template '\{question\}'.*it may use \['input'\]"),
         (["policies.kind=mixture"], r"policies.kind must be one of"),
         (["policies.names=[a, b]"], r"'shared' takes exactly one policy name"),
         (["task.source=gsm8k"], r"task.source 'gsm8k' needs task.path"),
@@ -120,7 +121,7 @@ def test_task_loading_from_config():
     assert {t.task_id for t in held}.isdisjoint({t.task_id for t in tasks})
     with pytest.raises(ValueError, match=r"asked for 40 train tasks but task.train_size is 32"):
         load_tasks(cfg.task, limit=40)
-    gsm = load_config(None, [f"task.source=gsm8k", f"task.path={FIXTURES / 'gsm8k.jsonl'}",
+    gsm = load_config(None, ["task.source=gsm8k", f"task.path={FIXTURES / 'gsm8k.jsonl'}",
                              "task.heldout_size=1"])
     tasks = load_tasks(gsm.task, split="train", limit=2)
     assert [t.answer for t in tasks] == ["6000", "-5"]

@@ -19,8 +19,8 @@ from srpo.rollout.backends import GenerationRequest
 ct2 = pytest.importorskip("ctranslate2")
 
 from srpo.rollout.engines.ctranslate2 import CTranslate2Backend, processed_logprobs
-from srpo.train.trainer import Trainer
 from srpo.train.metrics import run_dependent
+from srpo.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "srpo" / "presets" / "smoke.yaml"

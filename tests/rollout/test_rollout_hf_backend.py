@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rollout_helpers import backend_requests, make_agents, make_tasks, reference_logprobs, tiny, tok
+from rollout_helpers import backend_requests, make_agents, make_tasks, reference_logprobs, tiny, tok  # noqa: F401 (fixtures)
 
 from srpo.batch import build_flat_batch
 from srpo.models import build_tiny_model
@@ -20,8 +20,6 @@ from srpo.rollout import (
 from srpo.rollout.backends import finish_tokens
 from srpo.tasks.math import MathReward
 from srpo.workflows import build_workflow, list_workflows
-
-
 
 
 @pytest.mark.parametrize(
@@ -96,7 +94,7 @@ def test_separate_models_per_role(tok):
     m1, t1 = build_tiny_model(seed=1)
     m2, t2 = build_tiny_model(seed=2)
     policies = PolicySet.separate({"solver_model": (m1, t1), "agg_model": (m2, t2)})
-    agents = make_agents({r: "solver_model" for r in ("solver",)} | {"aggregator": "agg_model"},
+    agents = make_agents(dict.fromkeys(("solver",), "solver_model") | {"aggregator": "agg_model"},
                          max_new_tokens=4, temperature=0)
     agents = [a for a in agents if a.name in ("solver", "aggregator")]
     runner = RolloutRunner(agents, HFGenerateBackend(policies), MathReward())
@@ -198,7 +196,7 @@ def test_a_merged_copy_is_re_merged_in_place_bit_equal_to_a_fresh_merge(base_dty
     assert_current("solver")
     assert (copies.merges, copies.rebuilds) == (2, 2)
     judge_copy = copies.model_for(policies["judge"])
-    for step in range(2):  # "optimizer steps" on both adapters
+    for _step in range(2):  # "optimizer steps" on both adapters
         with torch.no_grad():
             for n, p in model.named_parameters():
                 if "lora_" in n:
@@ -339,7 +337,8 @@ def test_identical_greedy_requests_are_generated_once(tiny):
     assert gens[1].token_ids == alone.token_ids
     # sampled requests are never merged
     rows_seen.clear()
-    backend.generate("shared", backend_requests(tok, ["same", "same"], SamplingParams(temperature=1.0, max_new_tokens=4)))
+    backend.generate("shared",
+                     backend_requests(tok, ["same", "same"], SamplingParams(temperature=1.0, max_new_tokens=4)))
     assert rows_seen == [2]
 
 

@@ -7,13 +7,12 @@ import re
 
 import pytest
 import torch
-from rollout_helpers import make_agents, make_tasks, scripted_runner, tiny, tok
+from rollout_helpers import make_agents, make_tasks, scripted_runner, tiny, tok  # noqa: F401 (fixtures)
 
 from srpo.batch import build_flat_batch
 from srpo.rollout import HFGenerateBackend, PolicySet, RolloutRunner
 from srpo.tasks.math import MathReward
-from srpo.workflows import Continue, Request, register_workflow
-from srpo.workflows import registry
+from srpo.workflows import Continue, Request, register_workflow, registry
 from srpo.workflows.registry import build_workflow, list_workflows
 
 
@@ -114,7 +113,7 @@ def test_tool_workflow_on_a_tiny_model(tiny):
 
 
 def test_registering_a_user_workflow(monkeypatch):
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # keep the global clean
+    monkeypatch.setattr(registry.WORKFLOWS, "_registered", registry.WORKFLOWS.registered())  # keep it clean
     register_workflow(CalculatorWorkflow)
     assert ("calculator", CalculatorWorkflow.description) in list_workflows()
     wf = build_workflow("calculator", {"max_calls": 1})

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from rollout_helpers import make_tasks, scripted_runner, tok
+from rollout_helpers import make_tasks, scripted_runner, tok  # noqa: F401 (fixtures)
 
 from srpo.cli.rollout import add_rollout_commands
 from srpo.workflows import build_workflow
@@ -91,8 +91,8 @@ def test_the_docs_agent_config_and_its_scripted_test_run(tmp_path, critic_loop_f
 
 
 def test_a_role_added_on_the_command_line_and_an_undeclared_one(tmp_path, critic_loop_file):
-    from srpo.config import load_config
     from srpo.build import build_agents, build_workflow_from
+    from srpo.config import load_config
 
     smoke = ROOT / "srpo" / "presets" / "smoke.yaml"
     cfg = load_config(smoke, [f"workflow.name={critic_loop_file}", "workflow.params={reviewer: critic}",

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 import torch
-from rollout_helpers import default_script, make_tasks, scripted_runner, tok
+from rollout_helpers import default_script, make_tasks, scripted_runner, tok  # noqa: F401 (fixtures)
 
 from srpo.batch import build_flat_batch
 from srpo.objective import get_method, prepare_step
@@ -77,7 +77,7 @@ def test_one_batched_call_per_policy_per_round(tok, name, params, expected):
     runner, backend = scripted_runner(tok)
     runner.run(make_tasks(3), build_workflow(name, params), group_size=2)
     assert len(backend.calls) == _rounds(name, params)
-    for (policy, agents), (event, set_agents) in zip(backend.calls, expected):
+    for (policy, agents), (_event, set_agents) in zip(backend.calls, expected):
         assert policy == "shared"
         assert Counter(agents) == Counter({a: 6 * n for a, n in Counter(set_agents).items()})
 

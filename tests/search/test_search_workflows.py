@@ -392,8 +392,8 @@ def run_cli(argv):
 
 
 def test_search_config_builds_tasks_reward_agents_and_env():
-    from srpo.config import load_config
     from srpo.build import build_agents, build_reward, load_tasks
+    from srpo.config import load_config
     from srpo.tasks.search.pack import build_search_env
 
     cfg = load_config(SMOKE, ["task.search.top_k=2", "task.search.f1_weight=0.5"])
@@ -446,8 +446,8 @@ def jsonl_task(tmp_path, docs=DOCS):
 
 
 def test_jsonl_corpus_and_questions(tmp_path):
-    from srpo.config import load_config
     from srpo.build import load_tasks
+    from srpo.config import load_config
     from srpo.tasks.search.pack import build_search_env
 
     cfg = load_config(SMOKE, jsonl_task(tmp_path))
@@ -469,8 +469,8 @@ def test_jsonl_corpus_and_questions(tmp_path):
 
 
 def test_empty_corpus_is_an_error_at_build_time(tmp_path, capsys):
-    from srpo.config import load_config
     from srpo.build import build_rollout
+    from srpo.config import load_config
 
     overrides = jsonl_task(tmp_path, docs=[])
     with pytest.raises(ValueError, match="empty corpus"):
@@ -549,7 +549,8 @@ def test_plain_text_fallback_turns_tagless_replies_into_queries_and_answers():
     assert env.retriever.calls == [["Veltra founded", "Veltra founded"]]  # first line only
     md = e.metadata
     assert (md["search_plain_queries"], md["search_invalid"], md["search_calls"]) == (2, 0, 2)
-    assert e.reward_components == pytest.approx({"em": 1.0, "f1": 0.0, "cover": 0.0, "format": 0.0})  # no tag: no format
+    # no tag: no format
+    assert e.reward_components == pytest.approx({"em": 1.0, "f1": 0.0, "cover": 0.0, "format": 0.0})
 
     # without the fallback the same replies are invalid and score nothing
     env = search_env()
@@ -597,16 +598,17 @@ def test_score_metadata_reads_an_untagged_answer_as_the_reward_does():
     """With plain_text_fallback the reward reads an untagged reply's first line; the episode's
     score_* metadata must read it the same way (it once scored the tags only: cover 0 while the
     reward's cover was 1)."""
+
     def plain(req):
         if req.agent == "query_writer":
             return "Veltra founder"
         return "It was Kessel.\nmore text"
 
     runner, _ = runner_for(plain)
-    runner.reward_fn = SearchReward(em_weight=1.0, f1_weight=1.0, format_weight=0.1,
-                                    cover_weight=1.0, plain_text_fallback=True)
-    wf = build_workflow("search_parallel", {"k": 2, "rounds": 1}).with_environment(
-        search_env(plain_text_fallback=True))
+    runner.reward_fn = SearchReward(
+        em_weight=1.0, f1_weight=1.0, format_weight=0.1, cover_weight=1.0, plain_text_fallback=True
+    )
+    wf = build_workflow("search_parallel", {"k": 2, "rounds": 1}).with_environment(search_env(plain_text_fallback=True))
     (ep,) = runner.run(make_tasks(1), wf, group_size=1).episodes
     # normalized "it was kessel" has 3 tokens, one shared: precision 1/3, recall 1
     f1 = 2 * (1 / 3) * 1 / (1 / 3 + 1)

@@ -6,9 +6,8 @@ import collections
 
 import pytest
 
-from srpo.tasks.search.corpus import wikipedia_summaries
-
 from srpo.tasks.search.answers import contains_answer
+from srpo.tasks.search.corpus import wikipedia_summaries
 from srpo.tasks.search.wiki_questions import (
     WIKI_RULES,
     read_wiki_entries,

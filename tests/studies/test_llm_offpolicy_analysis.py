@@ -98,7 +98,8 @@ def test_l2_counts_degraded_runs_and_tests_them():
     cells = cells_from(lambda s, m, seed: 0.4, rows_of=lambda s, m, seed: nan_rows if m == "grpo_s" else ok_rows,
                        methods=("srpo_s", "grpo_s", "magrpo_s"))
     assert l2(cells, SEEDS)["verdict"] == "refuted"
-    cells = cells_from(lambda s, m, seed: 0.4, rows_of=lambda s, m, seed: ok_rows, methods=("srpo_s", "grpo_s", "magrpo_s"))
+    cells = cells_from(lambda s, m, seed: 0.4, rows_of=lambda s, m, seed: ok_rows,
+                       methods=("srpo_s", "grpo_s", "magrpo_s"))
     assert l2(cells, SEEDS)["verdict"] == "undecided"
 
 

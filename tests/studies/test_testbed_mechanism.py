@@ -30,7 +30,7 @@ SPEC = REPO / "studies" / "testbed_mechanism" / "spec.yaml"
 def test_the_committed_spec_plans_20_seeds_per_cell_in_priority_order():
     spec = load_spec(SPEC)
     runs = plan_cells(spec)
-    assert [b for b in dict.fromkeys(r.block for r in runs)] == [b.name for b in spec.blocks]
+    assert list(dict.fromkeys(r.block for r in runs)) == [b.name for b in spec.blocks]
     cells: dict[tuple, set[int]] = {}
     for r in runs:
         cells.setdefault((r.block, r.setting, r.level, r.method), set()).add(r.seed)

@@ -193,7 +193,7 @@ def test_lora_adapter_set_mismatch_is_named(tmp_path):
     cfg = LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"])
     only_solver = get_peft_model(base, cfg, adapter_name="solver")
     only_solver.add_adapter("critic", cfg)
-    dummy = lambda: torch.optim.SGD([torch.zeros(1, requires_grad=True)])  # noqa: E731
+    dummy = lambda: torch.optim.SGD([torch.zeros(1, requires_grad=True)])
     state = TrainState(step=0, policies={"shared": only_solver},
                        optimizers={"solver": dummy(), "aggregator": dummy()},
                        config_fingerprint="cfg-lora")

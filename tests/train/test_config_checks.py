@@ -100,7 +100,11 @@ def test_threads_null_and_positive_load():
 
 
 def test_the_projects_cpu_configs_still_load():
-    for path in [SMOKE, ROOT / "srpo" / "presets" / "search_smoke.yaml", *sorted((ROOT / "srpo" / "presets" / "math").glob("*.yaml"))]:
+    for path in [
+        SMOKE,
+        ROOT / "srpo" / "presets" / "search_smoke.yaml",
+        *sorted((ROOT / "srpo" / "presets" / "math").glob("*.yaml")),
+    ]:
         assert load_config(path).device == "cpu", path
 
 
@@ -110,8 +114,11 @@ def test_the_projects_cpu_configs_still_load():
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_group_size_one_is_refused_for_training_with_every_method(method):
     cfg = load_config(SMOKE, ["group_size=1", f"train.method={method}"])  # loads: rollouts may use it
-    with pytest.raises(ConfigError, match=r"group_size must be >= 2 .*every relative advantage is 0 "
-                                          r"and nothing is learned; use group_size >= 2"):
+    with pytest.raises(
+        ConfigError,
+        match=r"group_size must be >= 2 .*every relative advantage is 0 "
+        r"and nothing is learned; use group_size >= 2",
+    ):
         check_group_size(cfg)
 
 
@@ -130,8 +137,9 @@ def test_preflight_checks_the_machine_of_a_config_built_in_code(monkeypatch):
 
 def test_float_written_with_an_exponent_and_no_dot_loads_from_a_file(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text("train:\n  lr: 1e-5\n  policy_lr: {shared: 2E-6}\n  adam_betas: [0.9, 1e-1]\n"
-                    "sampling:\n  temperature: 7e-1\n")
+    path.write_text(
+        "train:\n  lr: 1e-5\n  policy_lr: {shared: 2E-6}\n  adam_betas: [0.9, 1e-1]\nsampling:\n  temperature: 7e-1\n"
+    )
     cfg = load_config(path)
     assert cfg.train.lr == 1e-5 and isinstance(cfg.train.lr, float)
     assert cfg.train.policy_lr == {"shared": 2e-6} and cfg.train.adam_betas == [0.9, 0.1]

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
-import re
 import time
 from pathlib import Path
 
@@ -20,9 +20,8 @@ import pytest
 import yaml
 
 from srpo.cli import main
-from srpo.config import Config, ConfigError, load_config, parse_override
+from srpo.config import Config, ConfigError, load_config, parse_override, yaml_reader
 from srpo.config.errors import _declared, _is_section
-from srpo.config import yaml_reader
 from srpo.config.yaml_reader import MAX_DEPTH, load_yaml
 
 ROOT = Path(__file__).resolve().parents[2]

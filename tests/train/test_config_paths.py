@@ -72,5 +72,8 @@ def test_the_saved_config_names_the_same_file_from_anywhere(tmp_path, monkeypatc
 def test_no_preset_names_a_relative_input_path(path):
     """Presets are read from the package folder: a relative input path in one would point there."""
     task = (yaml.safe_load(path.read_text()) or {}).get("task", {}) or {}
-    values = [task.get("path"), *((task.get("search") or {}).get(k) for k in ("corpus_path", "questions_path", "index_dir"))]
+    values = [
+        task.get("path"),
+        *((task.get("search") or {}).get(k) for k in ("corpus_path", "questions_path", "index_dir")),
+    ]
     assert all(v is None or Path(v).is_absolute() for v in values), f"{path.name}: {values}"

@@ -155,7 +155,8 @@ def test_report_names_an_evaluation_file_without_correct(run, capsys):
 
 def test_report_names_an_eval_episode_without_task_id(run, capsys):
     path = run / "eval" / "before.episodes.jsonl.gz"
-    rows = [json.loads(line) for line in gzip.open(path, "rt")]
+    with gzip.open(path, "rt") as f:
+        rows = [json.loads(line) for line in f]
     del rows[0]["task_id"]
     with gzip.open(path, "wt") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)

@@ -416,9 +416,10 @@ def test_other_malformed_rng_and_optimizer_files_are_named(trained, tmp_path, co
 def test_an_exceeded_quota_counts_as_a_full_disk(tmp_path):
     from srpo.disk import atomic_write_text, disk_full_errno, writing
 
-    with pytest.raises(DiskFullError, match=rf"the disk is full \({os.strerror(errno.EDQUOT)}\) while writing {tmp_path}"):
-        with writing(tmp_path):
-            raise SafetensorError(f"I/O error: {os.strerror(errno.EDQUOT)} (os error {errno.EDQUOT})")
+    with (pytest.raises(DiskFullError,
+                        match=rf"the disk is full \({os.strerror(errno.EDQUOT)}\) while writing {tmp_path}"),
+          writing(tmp_path)):
+        raise SafetensorError(f"I/O error: {os.strerror(errno.EDQUOT)} (os error {errno.EDQUOT})")
     assert disk_full_errno(RuntimeError("unexpected pos 576 vs 534")) is None  # no OS error behind it
     with pytest.raises(ValueError, match="not a disk"), writing(tmp_path):
         raise ValueError("not a disk error")

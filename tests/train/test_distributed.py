@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import prepare_full_step, make_episodes
+from conftest import make_episodes, prepare_full_step
 
 from srpo.batch import build_flat_batch
 from srpo.objective import METHODS, get_method, method_policy_loss

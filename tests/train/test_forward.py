@@ -47,7 +47,7 @@ def test_lora_members_use_their_own_adapter_and_both_get_gradients():
         p.requires_grad_("lora_" in n)
     out = batch_logprobs(policies, batch)
     (out.logprobs * batch.response_mask).sum().backward()
-    grads = {name: 0.0 for name in ("solver", "aggregator")}
+    grads = dict.fromkeys(("solver", "aggregator"), 0.0)
     for n, p in peft_model.named_parameters():
         for name in grads:
             if f".{name}." in n and p.grad is not None:
@@ -60,7 +60,9 @@ def test_shared_policy_matches_reference_and_keeps_member_order():
     policies = PolicySet.shared(model, tok)
     batch = _batch(policies=("shared",))
     out = batch_logprobs(policies, batch, with_entropy=True)
-    ref = response_logprobs_reference(model, batch.input_ids, batch.attention_mask, batch.prompt_length, with_entropy=True)
+    ref = response_logprobs_reference(
+        model, batch.input_ids, batch.attention_mask, batch.prompt_length, with_entropy=True
+    )
     mask = batch.response_mask
     torch.testing.assert_close(out.logprobs[mask], ref.logprobs[mask], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out.entropy[mask], ref.entropy[mask], atol=1e-5, rtol=1e-5)

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from srpo.build import build_workflow_from
 from srpo.cli import main
 from srpo.config import load_config
-from srpo.build import build_workflow_from
 from srpo.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -181,7 +181,8 @@ def _write_jsonl(path: Path, records) -> Path:
 
 def _fixture_records(path: Path) -> list[dict]:
     text = path.read_text()
-    return json.loads(text) if text.lstrip().startswith("[") else [json.loads(x) for x in text.splitlines() if x.strip()]
+    return (json.loads(text) if text.lstrip().startswith("[")
+            else [json.loads(x) for x in text.splitlines() if x.strip()])
 
 
 def _split_fixture(src: Path, tmp: Path, name: str) -> tuple[Path, Path]:
@@ -224,7 +225,8 @@ def test_math500_preset_trains_one_step_from_the_documented_data(tmp_path):
             {"problem": r["problem"], "level": "Level 1", "type": "Algebra", "solution": r["solution"]}))
     (train_dir / "9.json").write_text(json.dumps({"problem": "No box.", "solution": "It is 3."}))
     out = tmp_path / "math.jsonl"
-    assert "1 held-out, 2 training problems (1 skipped" in run_snippet("math", heldout, tmp_path / "MATH" / "train", out)
+    assert "1 held-out, 2 training problems (1 skipped" in run_snippet(
+        "math", heldout, tmp_path / "MATH" / "train", out)
     assert [json.loads(x)["answer"] for x in out.read_text().splitlines()] == ["\\frac{1}{2}", "\\sqrt{2}", "1024"]
     _train_one_step(documented("math_math500.yaml"), {"/path/to/math.jsonl": out}, tmp_path)
 
@@ -334,8 +336,8 @@ def test_generation_config_snippet_turns_the_repetition_penalty_off(tmp_path):
 
 
 def test_a_folder_tokenizer_without_a_usable_pad_is_refused():
-    from transformers import PreTrainedTokenizerFast
     from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
 
     from srpo.models.tokenizers import set_pad_token_of_folder
 

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from srpo.build import build_agents, build_workflow_from
 from srpo.cli.train import DEFAULT_CONFIG
 from srpo.config import load_config
-from srpo.build import build_agents, build_workflow_from
 from srpo.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]

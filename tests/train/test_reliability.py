@@ -25,9 +25,9 @@ from srpo.train.checkpoint import (
     load_checkpoint,
     verify_checkpoint,
 )
+from srpo.train.metrics import run_dependent
 from srpo.train.trainer import Trainer
 from srpo.workflows import build_workflow
-from srpo.train.metrics import run_dependent
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = str(REPO / "srpo" / "presets" / "smoke.yaml")

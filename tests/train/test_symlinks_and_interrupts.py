@@ -285,7 +285,13 @@ def test_sigint_and_sigterm_stop_in_one_line_and_resume_exactly(tmp_path):
         assert line.endswith(f"resume with: srpo train {run} resume=true"), line
         assert not [p for p in run.rglob("*") if ".tmp" in p.name], "a temporary file was left"
         cmd = ["train", str(run), "resume=true"]  # what the line says (the run's own config.yaml)
-    done = subprocess.run([sys.executable, "-m", "srpo.cli", *cmd], check=False, capture_output=True, text=True, timeout=180,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    done = subprocess.run(
+        [sys.executable, "-m", "srpo.cli", *cmd],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert done.returncode == 0, done.stderr  # the lock was free
     assert _rows(run) == _rows(reference)

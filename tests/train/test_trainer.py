@@ -18,8 +18,8 @@ from safetensors.torch import load_file
 from srpo.cli import main
 from srpo.config import ConfigError, load_config
 from srpo.models import build_tiny_model
-from srpo.train.trainer import Trainer
 from srpo.train.metrics import run_dependent
+from srpo.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = str(REPO / "srpo" / "presets" / "smoke.yaml")

@@ -278,7 +278,8 @@ def test_evaluation_reports_how_often_the_most_common_answer_was_given():
     tasks.append(Task("t3", "What is gcd(4, 6)?", answer="2"))
 
     def run(script, reward):
-        runner = RolloutRunner([AgentSpec("solver")], ScriptedBackend(PolicySet.scripted(tok, ("shared",)), script), reward)
+        runner = RolloutRunner([AgentSpec("solver")],
+                               ScriptedBackend(PolicySet.scripted(tok, ("shared",)), script), reward)
         return evaluate(runner, build_workflow("single"), tasks)[0]
 
     constant = run(lambda req: "The answer is 1.", MathReward())
@@ -297,8 +298,12 @@ def test_evaluation_reports_how_often_the_most_common_answer_was_given():
 def test_one_rule_says_what_a_resumed_run_may_change():
     assert trainer_module.RESUMABLE_FIELDS is RESUMABLE_FIELDS
     base = to_dict(load_config(SMOKE, []))
-    changed = {**base, "eval": {**base["eval"], "size": 3}, "train": {**base["train"], "steps": 9},
-               "output_dir": "elsewhere"}
+    changed = {
+        **base,
+        "eval": {**base["eval"], "size": 3},
+        "train": {**base["train"], "steps": 9},
+        "output_dir": "elsewhere",
+    }
     assert resume_fingerprint(changed) == resume_fingerprint(base)  # resuming may change these
     assert result_fingerprint(changed) != result_fingerprint(base)  # a finished result may not
     moved = {**base, "output_dir": "elsewhere", "resume": True}
@@ -314,13 +319,23 @@ def test_smollm2_old_logprobs_equal_the_samplers_at_two_temperatures(tmp_path):
     float32: in bf16 the sampler differs from the trainer's forward by design (mismatch/kl ~2e-3,
     tests/precision); the default job's merged copy is kept (float32 merge: exact to 1e-5)."""
     preset = str(REPO / "srpo" / "presets" / "default.yaml")
-    cfg = load_config(preset, [
-        f"output_dir={tmp_path}", *QUIET, "model.dtype=float32", "train.epochs=2", "train.tasks_per_step=2", "group_size=2",
-        "workflow.name=parallel", "workflow.params={k: 2}", "policies.names=[shared]",
-        "agents={solver: {policy: shared, sampling: {temperature: 0.7}}, "
-        "aggregator: {policy: shared, sampling: {temperature: 1.3}}}",
-        "sampling.max_new_tokens=16",
-    ])
+    cfg = load_config(
+        preset,
+        [
+            f"output_dir={tmp_path}",
+            *QUIET,
+            "model.dtype=float32",
+            "train.epochs=2",
+            "train.tasks_per_step=2",
+            "group_size=2",
+            "workflow.name=parallel",
+            "workflow.params={k: 2}",
+            "policies.names=[shared]",
+            "agents={solver: {policy: shared, sampling: {temperature: 0.7}}, "
+            "aggregator: {policy: shared, sampling: {temperature: 1.3}}}",
+            "sampling.max_new_tokens=16",
+        ],
+    )
     trainer = Trainer(cfg)
     batch = build_flat_batch(trainer.rollout(0), trainer.pad_id)
     old, _, diag = trainer.old_and_ref_logprobs(batch)

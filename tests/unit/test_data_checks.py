@@ -11,7 +11,8 @@ import pytest
 from srpo.config import load_config
 from srpo.tasks.math import load_gsm8k, load_math500
 from srpo.tasks.search.corpus import load_corpus, read_corpus_jsonl
-from srpo.train.preflight import check_task_pack as check_math_file_split, preflight
+from srpo.train.preflight import check_task_pack as check_math_file_split
+from srpo.train.preflight import preflight
 
 SMOKE = Path(__file__).resolve().parents[2] / "srpo" / "presets" / "smoke.yaml"
 

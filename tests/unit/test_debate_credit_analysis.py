@@ -48,7 +48,7 @@ def test_d1_to_d3_are_the_baseline_minus_each_arm_with_holm():
 def test_a_lower_baseline_is_refuted_and_missing_pairs_leave_the_family_incomplete():
     tests = dc.study_tests(rows({"srpo_consumed": -4.0, "srpo_today": 0.0, "grpo_own": 0.0, "magrpo": 0.0}))
     assert tests["D1"]["verdict"] == "refuted" and tests["D1"]["mean"] == pytest.approx(-3.9)
-    partial = [r for r in rows({a: 0.0 for a in dc.STUDY_ARMS}) if not (r["arm"] == "magrpo" and r["seed"] == 4)]
+    partial = [r for r in rows(dict.fromkeys(dc.STUDY_ARMS, 0.0)) if not (r["arm"] == "magrpo" and r["seed"] == 4)]
     tests = dc.study_tests(partial)
     assert tests["D3"]["pairs"] == 16 and "verdict" not in tests["D3"]  # no test before all 20
 
@@ -78,17 +78,25 @@ def test_target_rule_met_failed_and_pending():
     rows = [r if (r["task"], r["seed"]) != ("count_primes", 0) else _row("x", "count_primes", 0, -4.0, 0.01)
             for r in _all_gain()]
     v = dc.target_verdict(rows, "x")
-    assert v["met"] is False and v["significant_losses"] == ["count_primes-seed0"] and v["every_gain_task_seed_gains"] is True
+    assert (
+        v["met"] is False
+        and v["significant_losses"] == ["count_primes-seed0"]
+        and v["every_gain_task_seed_gains"] is True
+    )
     # a gain task's seed that gains without significance fails the gain condition, not the loss one
     rows = [r if (r["task"], r["seed"]) != ("lcm", 1) else _row("x", "lcm", 1, 3.0, 0.2) for r in _all_gain()]
     v = dc.target_verdict(rows, "x")
     assert v["gain_tasks_short"] == ["lcm-seed1"] and v["no_significant_loss"] is True and v["met"] is False
     # a non-significant loss outside GAIN_TASKS is allowed
-    rows = [r if (r["task"], r["seed"]) != ("number_format", 2) else _row("x", "number_format", 2, -3.0, 0.3)
-            for r in _all_gain()]
+    rows = [
+        r if (r["task"], r["seed"]) != ("number_format", 2) else _row("x", "number_format", 2, -3.0, 0.3)
+        for r in _all_gain()
+    ]
     assert dc.target_verdict(rows, "x")["met"] is True
     # one-answer gains count by the rule's letter, not in the strict reading
-    rows = [r if (r["task"], r["seed"]) != ("gcd", 0) else _row("x", "gcd", 0, 9.0, 0.02, top=0.95) for r in _all_gain()]
+    rows = [
+        r if (r["task"], r["seed"]) != ("gcd", 0) else _row("x", "gcd", 0, 9.0, 0.02, top=0.95) for r in _all_gain()
+    ]
     v = dc.target_verdict(rows, "x")
     assert v["met"] is True and v["met_without_one_answer"] is False and v["one_answer_gains"] == ["gcd-seed0"]
     # the default job's mean below +19.1 fails; a missing run leaves the verdict pending
@@ -99,8 +107,13 @@ def test_target_rule_met_failed_and_pending():
 
 
 def test_arm_difference_pairs_by_task_and_seed():
-    rows = [_row("a", "lcm", 0, 5.0, 0.01), _row("b", "lcm", 0, 2.0, 0.3),
-            _row("a", "gcd", 1, 1.0, 0.5), _row("b", "gcd", 1, 4.0, 0.1), _row("a", "aiw", 0, 9.0, 0.01)]
+    rows = [
+        _row("a", "lcm", 0, 5.0, 0.01),
+        _row("b", "lcm", 0, 2.0, 0.3),
+        _row("a", "gcd", 1, 1.0, 0.5),
+        _row("b", "gcd", 1, 4.0, 0.1),
+        _row("a", "aiw", 0, 9.0, 0.01),
+    ]
     d = dc.arm_difference(rows, "a", "b")
     assert d["pairs"] == ["gcd-seed1", "lcm-seed0"] and d["diffs"] == pytest.approx([-3.0, 3.0])
     assert d["mean"] == pytest.approx(0.0) and d["p"] == 1.0

@@ -122,9 +122,20 @@ def test_an_episodes_file_damaged_mid_stream_is_one_line_from_srpo_report(tmp_pa
     from srpo.train.trainer import Trainer
 
     run = tmp_path / "run"
-    Trainer(load_config(str(Path(__file__).resolve().parents[2] / "srpo" / "presets" / "smoke.yaml"), [f"output_dir={run}", "train.steps=2", "eval.size=0",
-                                               "train.threads=1", "checkpoint.plots=false",
-                                               "checkpoint.tensorboard=false", "checkpoint.export=false"])).train()
+    Trainer(
+        load_config(
+            str(Path(__file__).resolve().parents[2] / "srpo" / "presets" / "smoke.yaml"),
+            [
+                f"output_dir={run}",
+                "train.steps=2",
+                "eval.size=0",
+                "train.threads=1",
+                "checkpoint.plots=false",
+                "checkpoint.tensorboard=false",
+                "checkpoint.export=false",
+            ],
+        )
+    ).train()
     path = episodes_log.step_file(run, 1)
     data = bytearray(path.read_bytes())
     for i in range(len(data) // 2, len(data) // 2 + 32):  # deflate damage inside the stream, not the header

@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "srpo"
 
 # (layer, module prefixes), lowest first. The most specific prefix decides a module's layer.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("records", ("srpo.types", "srpo.batch", "srpo.jsonl", "srpo.disk")),
+    ("records and the plug-in lookup", ("srpo.types", "srpo.batch", "srpo.jsonl", "srpo.disk", "srpo.plugins")),
     ("objective", ("srpo.objective", "srpo")),  # the root package re-exports the objective
     ("models", ("srpo.models",)),
     ("workflow protocol and generic workflows", ("srpo.workflows",)),

@@ -25,9 +25,9 @@ from srpo.tasks.math import (
     reasoning_gym_score,
     reasoning_gym_tasks,
     score_answer,
+    scoring,
     scoring_stats,
 )
-from srpo.tasks.math import scoring
 from srpo.types import Task
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "math"

@@ -124,7 +124,8 @@ def test_sum_reduction_is_the_joint_sequence_likelihood_ratio():
     lam = srpo.objective.set_log_ratio(logprobs.detach() - old, mask, set_index, 4, "sum")
     for s in range(4):
         rows = (set_index == s).nonzero().flatten()
-        p_new = math.prod(math.exp(float(logprobs.detach()[m, t])) for m in rows for t in range(mask.shape[1]) if mask[m, t])
+        p_new = math.prod(math.exp(float(logprobs.detach()[m, t]))
+                          for m in rows for t in range(mask.shape[1]) if mask[m, t])
         p_old = math.prod(math.exp(float(old[m, t])) for m in rows for t in range(mask.shape[1]) if mask[m, t])
         assert math.exp(float(lam[s])) == pytest.approx(p_new / p_old, rel=1e-10)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from srpo import packs
+from srpo import packs, plugins
 from srpo.packs import TaskPack
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,8 +27,8 @@ class _FakeEntryPoint:
 def no_entry_points(monkeypatch):
     """As in an environment where srpo is not installed: no entry point, nothing registered."""
     found = []
-    monkeypatch.setattr(packs, "entry_points", lambda group: list(found))
-    monkeypatch.setattr(packs, "_PACKS", {})
+    monkeypatch.setattr(plugins, "entry_points", lambda group: list(found))  # srpo.plugins' lookup
+    monkeypatch.setattr(packs.PACKS, "_registered", {})
     return found
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from srpo.build import build_agents, build_rollout, load_tasks
 from srpo.config import ConfigError, load_config
-from srpo.packs import known_pack_names, get_pack
+from srpo.packs import get_pack, known_pack_names
 
 ROOT = Path(__file__).resolve().parents[2]
 

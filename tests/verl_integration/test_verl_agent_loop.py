@@ -78,10 +78,12 @@ def test_agent_loop_records_match_the_workflow(workflow, sizes, events):
     outputs = asyncio.run(_loop(tok, setup, server).run(_sampling(), **row))
 
     # the same episode from srpo's own runner and the scripted backend (same seed, rollout index)
-    backend = ScriptedBackend(PolicySet.scripted(tok), lambda req: script(tok.decode(list(req.prompt_ids), skip_special_tokens=False)),
-                              logprob=-0.25)
+    backend = ScriptedBackend(
+        PolicySet.scripted(tok),
+        lambda req: script(tok.decode(list(req.prompt_ids), skip_special_tokens=False)),
+        logprob=-0.25,
+    )
     runner = RolloutRunner(_agents(), backend, MathReward(), seed=0)
-    from srpo.workflows import base
 
     ref_ctx = runner.episode_context(task, workflow.name, rollout_index=2)
     assert ref_ctx.rng.random() == runner.episode_context(task, workflow.name, rollout_index=2).rng.random()
@@ -115,8 +117,10 @@ def test_agent_loop_records_match_the_workflow(workflow, sizes, events):
 
 def test_agent_loop_stop_strings():
     tok = build_byte_tokenizer()
-    agents = {"solver": AgentSpec("solver", sampling=SamplingParams(max_new_tokens=40, stop=("</search>",))),
-              "aggregator": AgentSpec("aggregator", sampling=SamplingParams(max_new_tokens=40))}
+    agents = {
+        "solver": AgentSpec("solver", sampling=SamplingParams(max_new_tokens=40, stop=("</search>",))),
+        "aggregator": AgentSpec("aggregator", sampling=SamplingParams(max_new_tokens=40)),
+    }
     setup = EpisodeSetup(workflow=ParallelAggregate(k=2), agents=agents, reward_fn=MathReward(), policy="shared")
     server = ScriptedServer(tok, lambda text: "<search>q</search> and more \\boxed{4}")
     task = Task(task_id="t", prompt="2+2?", answer="4")

@@ -34,10 +34,12 @@ print("RESULT" + json.dumps(out))
 
 def _probe(env_extra: dict[str, str]) -> dict:
     env = {**os.environ, **env_extra}
-    proc = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")][-1]
-    return json.loads(line[len("RESULT"):])
+    return json.loads(line[len("RESULT") :])
 
 
 def test_entry_point_is_declared():

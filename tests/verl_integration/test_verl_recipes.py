@@ -67,8 +67,8 @@ def test_prepare_data_rows_round_trip(tmp_path):
     val = pd.read_parquet(tmp_path / "val.parquet")
     assert len(train) == 6 and len(val) == 3
     assert set(train["agent_name"]) == {"srpo_workflow"}
-    from srpo.config import load_config
     from srpo.build import load_tasks
+    from srpo.config import load_config
     from srpo.tasks.math import MathReward
 
     cfg = load_config(str(RECIPES / "workflows" / "smoke_parallel.yaml"))

@@ -172,7 +172,7 @@ def test_verl_batching_keeps_sets_and_equals_srpo_loss(actor_cfg, dp, micro, k):
     for r in rows:
         sizes[r.set_key] = sizes.get(r.set_key, 0) + 1
     where = {}
-    for n_mb, (kk, row_ids, sidx) in enumerate(seen):
+    for n_mb, (_kk, row_ids, _sidx) in enumerate(seen):
         for row in row_ids:
             if row >= 0:
                 assert where.setdefault(rows[row].set_key, n_mb) == n_mb, "a set was split"
@@ -200,7 +200,8 @@ def test_layout_is_order_independent(actor_cfg):
     keys2 = [None if i == PAD else shuffled.non_tensor_batch["key"][i] for i in layout2.order]
     assert keys == keys2 and layout.set_index == layout2.set_index
     g1, _ = _verl_step_grads(layout_dataproto(data, layout), layout, rows, theta, old, adv, actor_cfg, dp=2, micro=4)
-    g2, _ = _verl_step_grads(layout_dataproto(shuffled, layout2), layout2, rows, theta, old, adv, actor_cfg, dp=2, micro=4)
+    g2, _ = _verl_step_grads(layout_dataproto(shuffled, layout2), layout2, rows, theta, old, adv, actor_cfg,
+                             dp=2, micro=4)
     for a, b in zip(g1, g2):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
@@ -213,11 +214,14 @@ def test_sets_that_cannot_stay_whole_raise():
         _plan(data, dp=1, micro=4, k=4)  # 3 prompt groups, 4 mini-batches
 
 
-@pytest.mark.parametrize("override,match", [
-    ("actor_rollout_ref.actor.shuffle=True", "shuffle"),
-    ("actor_rollout_ref.actor.use_dynamic_bsz=True", "use_dynamic_bsz"),
-    ("algorithm.use_kl_in_reward=True", "use_kl_in_reward"),
-])
+@pytest.mark.parametrize(
+    "override,match",
+    [
+        ("actor_rollout_ref.actor.shuffle=True", "shuffle"),
+        ("actor_rollout_ref.actor.use_dynamic_bsz=True", "use_dynamic_bsz"),
+        ("algorithm.use_kl_in_reward=True", "use_kl_in_reward"),
+    ],
+)
 def test_splitting_configs_raise(override, match):
     with pytest.raises(ValueError, match=match):
         check_set_preserving_config(verl_config(override))

@@ -44,7 +44,7 @@ ray = pytest.importorskip("ray")
 tq = pytest.importorskip("transfer_queue")
 
 import cpu_stack
-import ray.cloudpickle  # noqa: F811  (the submodule; `ray` itself is the importorskip above)
+import ray.cloudpickle
 import verl_helpers
 from cpu_stack import BigramLM, InProcessWorkerGroup, build_actor_workers, registered_bigram_engine
 from omegaconf import OmegaConf
@@ -372,7 +372,8 @@ def test_srpo_sync_step_on_cpu_equals_srpo_set_loss(stack, dp, micro, mini_batch
             assert _max_diff(r["old"].to(torch.float64), ref_old) <= TOL
             n = len(r["response"])
             assert r["adv"].shape == (n,)
-            assert torch.equal(r["adv"].to(torch.float64), torch.tensor(r["mask"], dtype=torch.float64) * adv[_set_key(r)])
+            assert torch.equal(r["adv"].to(torch.float64),
+                               torch.tensor(r["mask"], dtype=torch.float64) * adv[_set_key(r)])
     assert any(a != 0.0 for a in adv.values())
 
     # --- the layout: padding only where slots are not full, and no set split by verl's cuts
@@ -418,8 +419,10 @@ def test_srpo_sync_step_on_cpu_equals_srpo_set_loss(stack, dp, micro, mini_batch
     with pytest.raises(AssertionError, match="max \\|grad - srpo grad\\|"):
         _assert_equal_grads(res.grads, bad)
     REPORT[(dp, micro, mini_batches)] = {
-        "max_grad_diff": max(diffs), "control_diff": max(_max_diff(a, b) for a, b in zip(res.grads, bad)),
-        "grad_scale": max(float(g.abs().max()) for g in ref), "padding_rows": lay.num_padding,
+        "max_grad_diff": max(diffs),
+        "control_diff": max(_max_diff(a, b) for a, b in zip(res.grads, bad)),
+        "grad_scale": max(float(g.abs().max()) for g in ref),
+        "padding_rows": lay.num_padding,
         "mini_batches": lay.num_mini_batches,
     }
     print(f"\n[dp={dp} micro={micro} k={mini_batches}] {REPORT[(dp, micro, mini_batches)]}")
@@ -432,8 +435,12 @@ def test_srpo_plugin_registered_in_the_ray_worker(stack):
         from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, POLICY_LOSS_REGISTRY
         from verl.trainer.ppo.v1.trainer_base import get_trainer_cls
 
-        return ("srpo" in ADV_ESTIMATOR_REGISTRY, "srpo" in POLICY_LOSS_REGISTRY,
-                get_trainer_cls("srpo_sync").__name__, os.getpid())
+        return (
+            "srpo" in ADV_ESTIMATOR_REGISTRY,
+            "srpo" in POLICY_LOSS_REGISTRY,
+            get_trainer_cls("srpo_sync").__name__,
+            os.getpid(),
+        )
 
     adv, loss, trainer_cls, pid = ray.get(stack.agent_worker.__ray_call__.remote(registered))
     assert (adv, loss, trainer_cls) == (True, True, "SrpoSyncTrainer") and pid != os.getpid()

@@ -57,8 +57,8 @@ def setup_from_config(path: str | None, overrides: Sequence[str] = ()) -> Episod
     are not applied under verl either, where the same episodes also score validation: a config
     that sets them gets a warning naming them rather than silently training without them.
     """
-    from srpo.config import load_config
     from srpo.build import bind_environment, build_agents, build_workflow_from, task_pack
+    from srpo.config import load_config
 
     # verl's own config owns the device and the output directory: no machine checks here
     cfg = load_config(path, list(overrides), check_machine=False)

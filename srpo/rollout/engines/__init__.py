@@ -14,24 +14,21 @@ key before any model is built. Whether a backend samples the trained policy exac
 backend's own answer (`samples_trained_policy()`, read by
 srpo.rollout.backends.check_training_backend when training starts).
 
-srpo's engines (hf, ctranslate2) are found through Python entry points (group "srpo.engines",
-declared in pyproject.toml), so a package that declares such an entry point adds an engine
-without touching srpo; they are also known by name without their entry points
-(`BUILTIN_ENGINES`: a source checkout on PYTHONPATH, never installed, has none). An engine's
-module is imported on first use only (CTranslate2 itself only when its backend is built).
+Engines are found by srpo.plugins' one lookup (registered, entry point group "srpo.engines",
+srpo's own `BUILTIN_ENGINES`), so a package that declares such an entry point adds an engine
+without touching srpo. An engine's module is imported on first use only (CTranslate2 itself
+only when its backend is built).
 """
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from srpo.workflows.registry import import_reference
+from srpo.plugins import Registry
 
 ENTRY_POINT_GROUP = "srpo.engines"
 # srpo's own engines, by the references pyproject.toml's entry points give them: used when no
@@ -80,46 +77,31 @@ class Engine:
                              f"srpo.rollout.engines.EngineSettings")
 
 
-_ENGINES: dict[str, Engine] = {}
+def _accept(obj: Any, name: str, where: str) -> Engine:
+    if not isinstance(obj, Engine):
+        what = f"the class {obj.__name__}" if isinstance(obj, type) else f"a {type(obj).__name__}"
+        raise ValueError(f"{where} is {what}, not a srpo.rollout.engines.Engine value")
+    return obj
+
+
+# an engine's name is a config key (its section rollout.<name>), so no "file.py:NAME" reference
+ENGINES: Registry[Engine] = Registry("generation engine", plural="engines", group=ENTRY_POINT_GROUP,
+                                     accept=_accept, builtins=BUILTIN_ENGINES)
 
 
 def register_engine(engine: Engine) -> Engine:
     """Make `engine` selectable by its name (e.g. one defined in a test or a notebook)."""
     if not isinstance(engine, Engine):
         raise ValueError(f"register_engine takes an Engine, got {type(engine).__name__}")
-    _ENGINES[engine.name] = engine
-    return engine
-
-
-def _entry_points() -> dict[str, Any]:
-    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    return ENGINES.register(engine.name, engine)
 
 
 def known_engine_names() -> list[str]:
     """The registered engines, the installed (entry point) ones and srpo's own, sorted."""
-    return sorted(set(_ENGINES) | set(_entry_points()) | set(BUILTIN_ENGINES))
+    return ENGINES.names()
 
 
 def get_engine(name: str) -> Engine:
     """The engine `name`: registered, installed (entry point) or srpo's own (BUILTIN_ENGINES).
     ValueError with the known names (and the closest one) for any other."""
-    if name in _ENGINES:
-        return _ENGINES[name]
-    eps = _entry_points()
-    if name in eps:
-        return register_engine(_checked(eps[name].load(), f"engine {name!r} (entry point)"))
-    if name in BUILTIN_ENGINES:  # srpo's own, without an installed entry point
-        ref = BUILTIN_ENGINES[name]
-        return register_engine(_checked(import_reference(ref, what="engine"), f"engine {name!r} ({ref})"))
-    known = known_engine_names()
-    close = difflib.get_close_matches(str(name), known, n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    raise ValueError(f"unknown generation engine {name!r}; {hint}known engines: {known} (a package "
-                     f"adds one with an entry point in the group {ENTRY_POINT_GROUP!r})")
-
-
-def _checked(obj: Any, where: str) -> Engine:
-    if not isinstance(obj, Engine):
-        what = f"the class {obj.__name__}" if isinstance(obj, type) else f"a {type(obj).__name__}"
-        raise ValueError(f"{where} is {what}, not a srpo.rollout.engines.Engine value")
-    return obj
+    return ENGINES.get(name)

@@ -16,8 +16,8 @@ out is scored incorrect and flagged `timed_out` so it can be counted and logged.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from srpo.tasks.math.answers import Extraction, extract, parse_number
 from srpo.tasks.math.scoring import DEFAULT_TIMEOUT_S, score_answer
@@ -143,7 +143,7 @@ class MathReward:
         weights = {"correct": self.correct_weight, "format": self.format_weight}
         total = sum(weights[k] * components[k] for k in components)
         if not math.isfinite(total):  # finite weights whose sum overflows (1e308 each)
-            raise ValueError(f"the weighted components {dict((k, weights[k] * components[k]) for k in components)} "
+            raise ValueError(f"the weighted components { {k: weights[k] * components[k] for k in components} } "
                              f"sum to {total!r}: lower task.reward.correct_weight / format_weight")
         return RewardResult(
             total=total,

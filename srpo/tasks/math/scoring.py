@@ -17,8 +17,8 @@ was not used because its workers are joined at exit: one stuck sympy call would 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from srpo.tasks.math.answers import parse_number
 
@@ -159,10 +159,10 @@ def score_answer(
 
     if fast_path:
         g, p = parse_number(gold), parse_number(pred)
-        if g is not None and p is not None:
-            if g == p or (g == g.to_integral_value() and p == p.to_integral_value()):
-                _count("numeric")
-                return ScoreResult(correct=bool(g == p), method="numeric")
+        if (g is not None and p is not None
+                and (g == p or (g == g.to_integral_value() and p == p.to_integral_value()))):
+            _count("numeric")
+            return ScoreResult(correct=bool(g == p), method="numeric")
 
     _count("math_verify")
     if timeout_s is None:

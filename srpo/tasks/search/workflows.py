@@ -4,7 +4,7 @@ with <answer>...</answer> (the protocol and its outcomes: srpo/tasks/search/env.
 | workflow | transitions: event {set members} | scored |
 |---|---|---|
 | search_single | `search` {searcher} | the searcher's answer |
-| search_parallel | per round r: `query-r` {the k query writers whose queries ran}, `read-r` {answerer} | the answerer's |
+| search_parallel | per round r: `query-r` {the k query writers whose queries ran}, `read-r` {answerer} | the answerer's
 | search_planner | `plan` {planner}, `search` {searcher}, `answer` {answerer} | the answerer's |
 | search_routed | `route` {router}, then the chosen route's transitions | that route's answer |
 

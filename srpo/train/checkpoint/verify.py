@@ -197,7 +197,8 @@ def _check_files(ckpt: Path, files: Mapping[str, str]) -> None:
     for name, digest in files.items():
         # srpo writes plain names of files inside the checkpoint; anything else (a path out of it,
         # e.g. '../../x', which would have its checksum read) is a crafted marker
-        if not isinstance(name, str) or not isinstance(digest, str) or Path(name).name != name or name in ("", ".", ".."):
+        if (not isinstance(name, str) or not isinstance(digest, str) or Path(name).name != name
+                or name in ("", ".", "..")):
             raise CorruptCheckpointError(
                 f"{ckpt / STATE_FILE} lists {name!r}, which is not a file of the checkpoint: the "
                 f"marker was altered or written by something else"
@@ -221,8 +222,7 @@ def _safetensors_file(path: Path) -> Iterator[None]:
         yield
     except SafetensorError as e:
         raise CorruptCheckpointError(
-            f"{path} is not a valid safetensors file ({_first_line(e)}): it was altered or "
-            f"written by something else"
+            f"{path} is not a valid safetensors file ({_first_line(e)}): it was altered or written by something else"
         ) from None
 
 
@@ -250,7 +250,7 @@ def _check_headers(folder: Path) -> None:
 def _check_tensors(path: Path, expected: Mapping[str, torch.Size], aliases: set[str]) -> None:
     """Tensor names and shapes of a weights file against the module's, from its header only."""
     with _safetensors_file(path), safe_open(str(path), framework="pt") as f:
-        saved = {key: torch.Size(f.get_slice(key).get_shape()) for key in f.keys()}
+        saved = {key: torch.Size(f.get_slice(key).get_shape()) for key in f.keys()}  # noqa: SIM118 (safe_open is not iterable)
     missing = sorted(set(expected) - set(saved) - aliases)
     unexpected = sorted(set(saved) - set(expected))
     wrong = sorted(k for k in set(saved) & set(expected) if saved[k] != expected[k])
@@ -258,9 +258,7 @@ def _check_tensors(path: Path, expected: Mapping[str, torch.Size], aliases: set[
         details = [f"missing {missing[:5]}"] if missing else []
         details += [f"unexpected {unexpected[:5]}"] if unexpected else []
         details += [f"{k}: saved {tuple(saved[k])}, model {tuple(expected[k])}" for k in wrong[:5]]
-        raise CheckpointMismatchError(
-            f"{path} does not fit the model: " + "; ".join(details)
-        )
+        raise CheckpointMismatchError(f"{path} does not fit the model: " + "; ".join(details))
 
 
 def _check_policy(path: Path, model: torch.nn.Module, entry: Mapping[str, Any]) -> None:
@@ -268,8 +266,7 @@ def _check_policy(path: Path, model: torch.nn.Module, entry: Mapping[str, Any]) 
     kind = "full" if adapters is None else "lora"
     if entry["kind"] != kind:
         raise CheckpointMismatchError(
-            f"{path} holds a {entry['kind']} policy but this run's model is {kind} "
-            f"({type(model).__name__})"
+            f"{path} holds a {entry['kind']} policy but this run's model is {kind} ({type(model).__name__})"
         )
     if adapters is None:
         expected = {k: v.shape for k, v in model.state_dict().items()}
@@ -279,11 +276,7 @@ def _check_policy(path: Path, model: torch.nn.Module, entry: Mapping[str, Any]) 
         return
     saved = set(entry["adapters"])
     _check_names(f"LoRA adapters of {path.name}", path.parent, set(adapters), saved)
-    expected = {
-        f"{a}{_ADAPTER_SEP}{k}": v.shape
-        for a in adapters
-        for k, v in _adapter_state(model, a).items()
-    }
+    expected = {f"{a}{_ADAPTER_SEP}{k}": v.shape for a in adapters for k, v in _adapter_state(model, a).items()}
     _check_tensors(path, expected, set())
 
 
@@ -307,8 +300,7 @@ def _torch_load(path: Path) -> Any:
                 f"code from a checkpoint; it was crafted or written by another program"
             ) from None
         raise CorruptCheckpointError(
-            f"{path} is not a checkpoint file srpo wrote: it cannot be read as one "
-            f"({_first_line(e)})"
+            f"{path} is not a checkpoint file srpo wrote: it cannot be read as one ({_first_line(e)})"
         ) from None
 
 
@@ -325,7 +317,7 @@ def _check_rng(path: Path, state: Any) -> None:
         torch.Generator().set_state(state["torch"])
         if not isinstance(state["cuda"], list) or not all(isinstance(t, torch.Tensor) for t in state["cuda"]):
             raise TypeError("'cuda' is not a list of tensors")
-    except Exception as e:  # noqa: BLE001 - whatever a crafted state makes the generators raise
+    except Exception as e:
         detail = f"no {e}" if isinstance(e, KeyError) else _first_line(e)
         raise CorruptCheckpointError(
             f"{path} does not hold the random generator states srpo saves (python, numpy, torch, "
@@ -339,10 +331,13 @@ def _check_optim_payload(path: Path, payload: Any, with_scheduler: bool) -> None
     optimizer = payload.get("optimizer") if isinstance(payload, dict) else None
     groups = optimizer.get("param_groups") if isinstance(optimizer, dict) else None
     scheduler = payload.get("scheduler") if isinstance(payload, dict) else None
-    ok = (isinstance(optimizer, dict) and isinstance(optimizer.get("state"), dict)
-          and isinstance(groups, list)
-          and all(isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups)
-          and (isinstance(scheduler, dict) if with_scheduler else scheduler is None))
+    ok = (
+        isinstance(optimizer, dict)
+        and isinstance(optimizer.get("state"), dict)
+        and isinstance(groups, list)
+        and all(isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups)
+        and (isinstance(scheduler, dict) if with_scheduler else scheduler is None)
+    )
     if not ok:
         raise CorruptCheckpointError(
             f"{path} does not hold the optimizer state srpo saves (optimizer state and parameter "

@@ -96,7 +96,7 @@ def _final_answers(rec: dict[str, Any]) -> list[dict[str, Any]]:
     """The outputs of an episode's last transition: what its final answer was read from, and
     those it did not read (the singletons of unconsumed outputs the transition left out,
     marked "unread")."""
-    source = lambda t: t.get("unconsumed_from") or t["event"]  # noqa: E731
+    source = lambda t: t.get("unconsumed_from") or t["event"]
     last = source(rec["transitions"][-1])
     return [{"agent": m["agent"], "text": m["text"], **({"unread": True} if t.get("unconsumed_from") else {})}
             for t in rec["transitions"] if source(t) == last for m in t["members"]]

@@ -108,7 +108,7 @@ def generate_world(
             )
     rng = random.Random(f"srpo-world/{seed}")
     names = _Names(rng)
-    counters = {k: 0 for k in KINDS}
+    counters = dict.fromkeys(KINDS, 0)
     drafts: dict[str, list[_Draft]] = {k: [] for k in KINDS}
 
     def new(kind: str, name: str, split: str, **kw) -> _Draft:
