@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_before_after import ROOT, metric_rows, run_side
 from provenance import provenance
 
-from srpo.train.stats import holm, sign_flip_p, t_interval
+from srpo_lab.stats import holm, sign_flip_p, t_interval
 
 # the screen's 8 (results/bench/untuned_screen_2026-12-06/README.md): difficulty, kind
 TASKS: dict[str, tuple[str, str]] = {

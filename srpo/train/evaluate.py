@@ -21,7 +21,7 @@ import torch
 
 from srpo.disk import atomic_write_text
 from srpo.rollout.runner import RolloutRunner
-from srpo.train.stats import Interval, wilson_interval
+from srpo.train.accuracy import Interval, wilson_interval
 from srpo.types import Episode, Task
 from srpo.workflows.base import Workflow, normalize_reward
 

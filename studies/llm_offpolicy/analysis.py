@@ -3,7 +3,7 @@
     python -m studies.llm_offpolicy.analysis [--math SPEC] [--search SPEC] [--out DIR]
 
 reads the finished cells of studies/llm_offpolicy/math.yaml and search.yaml (the harness's
-cells, srpo.study) and writes DIR/analysis.md and DIR/analysis.json (default DIR:
+cells, srpo_lab.study) and writes DIR/analysis.md and DIR/analysis.json (default DIR:
 results/llm-offpolicy): L1-L5 exactly as preregistered, each with its verdict, and the secondary
 numbers. A hypothesis whose cells are not all finished is reported as "not run yet" with the
 count it has, never tested on part of its seeds.
@@ -43,10 +43,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from srpo.study.report import StudyRuns, cell_key, load_runs
-from srpo.study.spec import load_spec
 from srpo.train.episodes_log import read_records
-from srpo.train.stats import (
+from srpo_lab.stats import (
     fisher_one_sided,
     holm,
     paired_comparison,
@@ -54,6 +52,8 @@ from srpo.train.stats import (
     standard_error,
     wilson_interval,
 )
+from srpo_lab.study.report import StudyRuns, cell_key, load_runs
+from srpo_lab.study.spec import load_spec
 
 MATH_SETTINGS = ("math-mixed", "math-routed", "math-parallel4")
 L1_BASELINES = ("grpo", "gspo", "magrpo")

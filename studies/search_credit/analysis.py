@@ -2,7 +2,7 @@
 
     python -m studies.search_credit.analysis [--spec studies/search_credit/spec.yaml] [--out DIR]
 
-Reads the finished cells (the study harness's files: srpo.study) and writes DIR/analysis.md and
+Reads the finished cells (the study harness's files: srpo_lab.study) and writes DIR/analysis.md and
 DIR/analysis.json (default DIR: the spec's output folder). A test is computed only once every
 cell it needs is finished; before that it says "not run yet" and how many cells are done, and
 the per-method table (E3) shows the runs finished so far.
@@ -36,10 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from srpo.study.report import load_runs
-from srpo.study.spec import load_spec
 from srpo.train.episodes_log import read_records
-from srpo.train.stats import holm, paired_comparison, t_interval
+from srpo_lab.stats import holm, paired_comparison, t_interval
+from srpo_lab.study.report import load_runs
+from srpo_lab.study.spec import load_spec
 
 # The LLM off-policy study's cell index, planned cells and degradation rule, shared so both studies judge alike.
 from studies.llm_offpolicy.analysis import Cells, _planned, degraded

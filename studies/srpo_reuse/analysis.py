@@ -15,8 +15,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from srpo.study.spec import StudySpec
-from srpo.train.stats import bootstrap_diff_ci, fisher_one_sided, holm, mann_whitney_p, mean
+from srpo_lab.stats import bootstrap_diff_ci, fisher_one_sided, holm, mann_whitney_p, mean
+from srpo_lab.study.spec import StudySpec
 from studies.testbed_mechanism.analysis import (
     _complete,
     _rounded,

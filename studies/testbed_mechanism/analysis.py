@@ -4,7 +4,7 @@ H6), a table per block and the plots, from the runs' records.
     python -m studies.testbed_mechanism.analysis [--spec studies/testbed_mechanism/spec.yaml]
 
 writes <output>/analysis.md, analysis.json and plots/*.png (output: the spec's, results/
-testbed-mechanism). The records are the harness's (srpo.study.series): the study's archive
+testbed-mechanism). The records are the harness's (srpo_lab.study.series): the study's archive
 <output>/runs.jsonl.gz and any per-run file beside it. A cell whose runs are not all done is
 reported with the runs it has and marked incomplete, and a hypothesis whose cells are incomplete
 is reported as "not run yet", never tested on part of its seeds.
@@ -28,9 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from srpo.study.runner import iter_results
-from srpo.study.spec import StudySpec, load_spec
-from srpo.train.stats import (
+from srpo_lab.stats import (
     bootstrap_ci,
     fisher_one_sided,
     holm,
@@ -39,6 +37,8 @@ from srpo.train.stats import (
     mean,
     wilson_interval,
 )
+from srpo_lab.study.runner import iter_results
+from srpo_lab.study.spec import StudySpec, load_spec
 
 SPEC = "studies/testbed_mechanism/spec.yaml"
 TARGET_REWARD, TARGET_WINDOW = 0.9, 5

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from srpo.train.stats import mean, standard_error, wilson_interval
+from srpo_lab.stats import mean, standard_error, wilson_interval
 
 LEVEL_ORDER = ("r1", "r4", "r16", "r4_lr3", "r4_lr10")
 STRESS_BLOCKS = ("stress_core", "stress_fair", "stress_all")  # sets of 4 on the stress levels

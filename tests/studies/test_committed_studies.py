@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from srpo.study.runner import iter_results, plan_cells, run_cell
-from srpo.study.spec import load_spec
+from srpo_lab.study.runner import iter_results, plan_cells, run_cell
+from srpo_lab.study.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = sorted(p for p in (ROOT / "studies").glob("*/*.yaml") if p.parent.name != "configs")

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from srpo.study.report import StudyRuns
+from srpo_lab.study.report import StudyRuns
 from studies.llm_offpolicy.analysis import (
     Cells,
     clip_active_share,

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from srpo.study.report import StudyRuns
+from srpo_lab.study.report import StudyRuns
 from studies.llm_offpolicy.analysis import Cells
 from studies.search_credit.analysis import (
     SETTING,

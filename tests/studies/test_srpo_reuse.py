@@ -8,9 +8,9 @@ import dataclasses
 import json
 from pathlib import Path
 
-from srpo.study.runner import Cell, plan_cells, record_path
-from srpo.study.series import run_series_cell
-from srpo.study.spec import load_spec
+from srpo_lab.study.runner import Cell, plan_cells, record_path
+from srpo_lab.study.series import run_series_cell
+from srpo_lab.study.spec import load_spec
 from studies.srpo_reuse.analysis import h7, h8, load_records, m1, write_report
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from srpo.study.runner import Cell, plan_cells, record_path
-from srpo.study.series import run_series_cell
-from srpo.study.spec import load_spec
+from srpo_lab.study.runner import Cell, plan_cells, record_path
+from srpo_lab.study.series import run_series_cell
+from srpo_lab.study.spec import load_spec
 from studies.testbed_mechanism.analysis import (
     collapse_verdict,
     h1,
@@ -148,7 +148,7 @@ def test_the_committed_archive_reproduces_the_committed_analysis(tmp_path):
 
 
 def test_the_verdict_derived_from_each_archived_series_is_the_one_recorded_when_it_ran():
-    from srpo.study.series import read_archive
+    from srpo_lab.study.series import read_archive
     from studies.testbed_mechanism.analysis import run_verdict
 
     records = read_archive(dataclasses.replace(load_spec(SPEC), output=RESULTS))

@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from srpo.config import ConfigError
-from srpo.study.cli import main as study_main
-from srpo.study.report import series_summary
-from srpo.study.runner import Cell, is_done, iter_results, plan_cells, record_path, run_study
-from srpo.study.series import archive_path, pack_archive, read_archive, series_keys, series_of
-from srpo.study.spec import parse_spec
+from srpo_lab.study.cli import main as study_main
+from srpo_lab.study.report import series_summary
+from srpo_lab.study.runner import Cell, is_done, iter_results, plan_cells, record_path, run_study
+from srpo_lab.study.series import archive_path, pack_archive, read_archive, series_keys, series_of
+from srpo_lab.study.spec import parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = str(ROOT / "srpo" / "presets" / "smoke.yaml")

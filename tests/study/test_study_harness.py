@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from srpo.config import ConfigError
-from srpo.study.cli import main as study_main
-from srpo.study.report import summarize, write_report
-from srpo.study.runner import (
+from srpo_lab.study.cli import main as study_main
+from srpo_lab.study.report import summarize, write_report
+from srpo_lab.study.runner import (
     CellFailed,
     inprocess_launcher,
     plan_cells,
@@ -22,7 +22,7 @@ from srpo.study.runner import (
     run_cell,
     run_study,
 )
-from srpo.study.spec import parse_spec
+from srpo_lab.study.spec import parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = str(ROOT / "srpo" / "presets" / "smoke.yaml")
@@ -125,7 +125,7 @@ def test_study_runs_every_cell_and_reports(tmp_path, monkeypatch):
     runs = [json.loads((c.directory(spec.output) / "result.json").read_text())
             for c in plan_cells(spec) if c.method]
     assert len({(r["steps"], r["episodes"], r["members"]) for r in runs}) == 1
-    import srpo.study.report as report
+    import srpo_lab.study.report as report
 
     reads = []  # the report reads each finished cell's metrics once, for every table and plot
     monkeypatch.setattr(report, "read_metrics", lambda path: reads.append(path) or read_metrics(path))
@@ -326,8 +326,8 @@ def test_a_study_spec_and_a_run_config_are_read_within_the_config_bounds(tmp_pat
     """Study specs (the one harness's, series studies' too) and a run's config.yaml read by the
     report go through the config loader's bounds: an alias bomb or a duplicate key is one
     ConfigError, at once."""
-    from srpo.study.spec import load_spec
     from srpo.train.report.data import ReportError, collect_run
+    from srpo_lab.study.spec import load_spec
 
     path = tmp_path / "config.yaml"
     path.write_text(text)

@@ -27,8 +27,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("assembly: config -> live objects", ("srpo.build",)),
     ("training: trainer, evaluation, checkpoints, run report", ("srpo.train",)),
     ("task packs", ("srpo.tasks",)),
-    ("applications: CLI, Python API, studies, engine integrations",
-     ("srpo.cli", "srpo.api", "srpo.study", "srpo.integrations")),
+    ("applications: CLI, Python API, engine integrations",
+     ("srpo.cli", "srpo.api", "srpo.integrations")),
 ]
 # The root package re-exports the Python API lazily: its module __getattr__ imports srpo.api on
 # the first use of srpo.SRPOTrainer (PEP 562), never when `import srpo` runs, so the root stays in
@@ -158,6 +158,29 @@ def test_task_packs_import_no_other_pack():
 
 def test_import_graph_has_no_cycle():
     assert find_cycle(import_graph()) is None
+
+
+LAB = PACKAGE.parent / "lab" / "srpo_lab"
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_the_library_never_imports_the_research_harness():
+    """srpo_lab (lab/: studies' runner and statistics) sits above the library: it imports srpo,
+    and nothing in srpo imports it, so a user's install needs none of it."""
+    bad = sorted(str(p.relative_to(PACKAGE.parent)) for p in PACKAGE.rglob("*.py")
+                 if "srpo_lab" in _top_level_imports(p))
+    assert bad == []
+    lab_modules = list(LAB.rglob("*.py"))
+    assert lab_modules and any("srpo" in _top_level_imports(p) for p in lab_modules)
 
 
 def test_package_graph_has_no_cycle():

@@ -1,5 +1,5 @@
 """`srpo report RUN_DIR`: one self-contained HTML file of a run (srpo.train.report.data collects,
-srpo.train.report.render writes; srpo.train.report.study links a study's cells)."""
+srpo.train.report.render writes; srpo_lab.study.page links a study's cells)."""
 
 from __future__ import annotations
 

@@ -16,9 +16,9 @@ from typing import Any
 from srpo.config.errors import ConfigError
 from srpo.config.yaml_reader import load_yaml, read_config_text
 from srpo.train import episodes_log
+from srpo.train.accuracy import paired_comparison
 from srpo.train.drift import drift_warnings
 from srpo.train.metrics_log import read_metrics
-from srpo.train.stats import paired_comparison
 
 
 class ReportError(ValueError):

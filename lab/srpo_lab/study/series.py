@@ -34,9 +34,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from srpo.study.plan import plan_cells, record_path
-from srpo.study.records import code_version, read_json, write_json
-from srpo.study.spec import StudySpec
+from srpo_lab.study.plan import plan_cells, record_path
+from srpo_lab.study.records import code_version, read_json, write_json
+from srpo_lab.study.spec import StudySpec
 
 ARCHIVE = "runs.jsonl.gz"
 GRAD_NORM_MEAN = "grad_norm/mean"

@@ -1,5 +1,5 @@
 """Command line of the study harness (benchmarks/study.py calls `main`; so does
-`python -m srpo.study.cli`).
+`python -m srpo_lab.study.cli`).
 
     python benchmarks/study.py studies/cpu_onpolicy/cpu_main.yaml --jobs 2 --max-minutes 110
     python benchmarks/study.py studies/testbed_mechanism/spec.yaml --jobs 2   # a series study
@@ -47,8 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from srpo.study.report import write_report
-    from srpo.study.runner import (
+    from srpo_lab.study.report import write_report
+    from srpo_lab.study.runner import (
         inprocess_launcher,
         is_done,
         plan_cells,
@@ -56,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         run_study,
         subprocess_launcher,
     )
-    from srpo.study.series import archive_path, pack_archive, read_archive
-    from srpo.study.spec import load_spec
+    from srpo_lab.study.series import archive_path, pack_archive, read_archive
+    from srpo_lab.study.spec import load_spec
 
     args = build_parser().parse_args(argv)
     try:
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
 def _series_workers(argv: list[str], jobs: int) -> int:
     """Starts `jobs` worker processes (one torch thread each) of this command line, each running
     the i-th of every `jobs` pending cells; waits for all. Returns the worst exit status."""
-    procs = [subprocess.Popen([sys.executable, "-m", "srpo.study.cli", *argv, "--worker", str(i)],
+    procs = [subprocess.Popen([sys.executable, "-m", "srpo_lab.study.cli", *argv, "--worker", str(i)],
                               env={**os.environ, "OMP_NUM_THREADS": "1"}) for i in range(jobs)]
     return max(proc.wait() for proc in procs)
 

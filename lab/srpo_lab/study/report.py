@@ -1,6 +1,6 @@
 """Tables and plots of a study from its cells' result.json and metrics.jsonl.
 
-A `record: series` study (srpo.study.series) gets a table of its cells instead: runs done of
+A `record: series` study (srpo_lab.study.series) gets a table of its cells instead: runs done of
 planned, runs that raised, and each metric's last logged value, mean over runs [95% t-interval];
 what the series mean is its own analysis (studies/<name>/).
 
@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from srpo.study.runner import Cell, iter_results, plan_cells, read_metrics
-from srpo.study.spec import StudySpec
-from srpo.train.report.study import write_study_page
-from srpo.train.stats import Interval, paired_comparison, t_interval
+from srpo_lab.stats import Interval, paired_comparison, t_interval
+from srpo_lab.study.page import write_study_page
+from srpo_lab.study.runner import Cell, iter_results, plan_cells, read_metrics
+from srpo_lab.study.spec import StudySpec
 
 __all__ = ["StudyRuns", "cell_key", "load_runs", "markdown", "metric_table", "series_markdown",
            "series_summary", "summarize", "t_interval", "write_report"]

@@ -2,7 +2,7 @@
 
 Layout under the spec's output folder (with blocks and levels: cells/<block>/<setting>/<level>/
 <method>/...; a `record: series` study leaves one compact cells/.../seed<k>.json per cell instead,
-srpo.study.series, or one archive of them, runs.jsonl.gz, once finished):
+srpo_lab.study.series, or one archive of them, runs.jsonl.gz, once finished):
 
     cells/<setting>/<method>/seed<k>/   config.yaml (complete), train.log, metrics.jsonl,
                                         eval/after.json (per-item correctness), result.json
@@ -33,13 +33,13 @@ import yaml
 
 from srpo.config import to_dict
 from srpo.jsonl import loads_lines
-from srpo.study.plan import Cell, is_done, plan_cells, record_path
-from srpo.study.records import code_version
-from srpo.study.records import read_json as _read_json
-from srpo.study.records import write_json as _write_json
-from srpo.study.spec import StudySpec
 from srpo.train.checkpoint import config_fingerprint, latest_checkpoint
 from srpo.train.run_identity import result_fingerprint
+from srpo_lab.study.plan import Cell, is_done, plan_cells, record_path
+from srpo_lab.study.records import code_version
+from srpo_lab.study.records import read_json as _read_json
+from srpo_lab.study.records import write_json as _write_json
+from srpo_lab.study.spec import StudySpec
 
 __all__ = ["Cell", "CellFailed", "code_version", "inprocess_launcher", "is_done", "iter_results", "plan_cells",
            "read_metrics", "record_path", "run_cell", "run_study", "subprocess_launcher"]
@@ -100,9 +100,9 @@ def _training_totals(rows: list[dict[str, float]]) -> dict[str, float]:
 
 def run_cell(spec: StudySpec, cell: Cell, launch: Launcher = subprocess_launcher) -> dict[str, Any]:
     """Runs (or resumes, or skips) one cell; returns its result.json content (a series study's
-    cell: its record, srpo.study.series)."""
+    cell: its record, srpo_lab.study.series)."""
     if spec.record == "series":
-        from srpo.study.series import run_series_cell
+        from srpo_lab.study.series import run_series_cell
 
         return run_series_cell(spec, cell)
     d = cell.directory(spec.output)
@@ -173,10 +173,10 @@ def run_cell(spec: StudySpec, cell: Cell, launch: Launcher = subprocess_launcher
 
 def iter_results(spec: StudySpec) -> Iterator[tuple[Cell, dict[str, Any] | None]]:
     """Every planned cell with its result (None when not run yet); a series study's records
-    come from its per-run files and its archive (srpo.study.series.read_archive)."""
+    come from its per-run files and its archive (srpo_lab.study.series.read_archive)."""
     archived: dict[str, dict[str, Any]] = {}
     if spec.record == "series":
-        from srpo.study.series import read_archive
+        from srpo_lab.study.series import read_archive
 
         archived = read_archive(spec)
     for cell in plan_cells(spec):
@@ -199,7 +199,7 @@ def run_study(
     A failed cell is reported and the rest go on. Returns (cells done, (cell, error) failures).
     A series study runs its cells in this process, one after the other (its runs are seconds
     long: a process each would double them); `worker` (i, n) takes the i-th of every n
-    pending cells, for n worker processes (srpo.study.cli --jobs n)."""
+    pending cells, for n worker processes (srpo_lab.study.cli --jobs n)."""
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     if spec.record == "series":
@@ -268,7 +268,7 @@ def _run_series(spec: StudySpec, *, max_minutes: float | None, only: Callable[[C
                 log: Callable[[str], None], worker: tuple[int, int] | None
                 ) -> tuple[list[Cell], list[tuple[Cell, str]]]:
     """A series study's pending cells (this worker's share), in plan order, in this process."""
-    from srpo.study.series import read_archive
+    from srpo_lab.study.series import read_archive
 
     archived = set(read_archive(spec))
     cells = [c for c in plan_cells(spec) if (only is None or only(c)) and not is_done(spec, c, archived)]

@@ -37,9 +37,9 @@ studies/testbed_mechanism/spec.yaml):
 With blocks, a cell is block x setting x level x method x seed, its config: the setting's file,
 `common`, the block's `common`, the setting's `set`, the level's `set`, the method's `set`, then
 `seed`. `record` says what a finished cell leaves: `evaluation` (the default: a training run
-and its held-out evaluation, cells/.../seed<k>/result.json; srpo.study.runner) or `series` (a
+and its held-out evaluation, cells/.../seed<k>/result.json; srpo_lab.study.runner) or `series` (a
 short training run's per-step series of `report.metrics`, one compact record
-cells/.../seed<k>.json; srpo.study.series), for studies of many short runs that evaluate
+cells/.../seed<k>.json; srpo_lab.study.series), for studies of many short runs that evaluate
 nothing.
 """
 
@@ -145,7 +145,7 @@ class StudySpec:
         """What the spec says about one cell: its setting's config file (the text), `common`, the
         setting's and the method's values, the seed and whether the base is evaluated apart
         (and its block's `common` and its level's values, for the cells that have them).
-        Its hash identifies a finished cell (srpo.study.runner): a change of the spec or of the
+        Its hash identifies a finished cell (srpo_lab.study.runner): a change of the spec or of the
         setting's file reruns the cell; a change of srpo's code does not (each result records
         the code it ran with), so a study resumed after a release that adds config fields keeps
         its finished cells."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from srpo.study.spec import StudySpec
+from srpo_lab.study.spec import StudySpec
 
 
 @dataclass(frozen=True)
