@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from srpo.train.accuracy import paired_comparison
+from srpo.record.accuracy import paired_comparison
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from provenance import provenance

@@ -26,7 +26,7 @@ import torch
 from srpo.build import build_rollout, load_tasks
 from srpo.config import load_config
 from srpo.config.presets import PRESETS_DIR
-from srpo.train.evaluate import evaluate
+from srpo.record.evaluate import evaluate
 
 
 def main() -> None:

@@ -20,10 +20,10 @@ from pathlib import Path
 
 from srpo.build import build_policies, build_rollout, load_tasks
 from srpo.config import load_config
-from srpo.train.accuracy import paired_comparison
-from srpo.train.checkpoint import load_checkpoint_policies
-from srpo.train.evaluate import evaluate
-from srpo.train.setup import checkpointed_models
+from srpo.record.accuracy import paired_comparison
+from srpo.record.checkpoint import load_checkpoint_policies
+from srpo.record.evaluate import evaluate
+from srpo.record.policies import checkpointed_models
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from provenance import provenance

@@ -19,8 +19,8 @@ import shutil
 import statistics
 from pathlib import Path
 
-from srpo.train import episodes_log
-from srpo.train.report import write_report
+from srpo.record import episodes_log
+from srpo.record.report import write_report
 
 
 def scale_run(src: Path, dst: Path, steps: int, eval_size: int) -> Path:

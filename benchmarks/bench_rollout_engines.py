@@ -183,7 +183,7 @@ def bench_rollouts(args) -> None:
 def bench_eval(args) -> None:
     """Greedy held-out evaluation of the same weights through each backend: accuracy, seconds,
     and agreement with HF (per problem, and every generated token)."""
-    from srpo.train.evaluate import evaluate
+    from srpo.record.evaluate import evaluate
 
     cfg = load_config(PRESET, overrides("hf", args.threads))
     cache: dict = {}

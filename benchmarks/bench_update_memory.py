@@ -72,7 +72,7 @@ def child(size: int, threads: int, checkpointing: bool) -> dict:
         f"train.activation_checkpointing={str(checkpointing).lower()}",
     ])
     trainer = Trainer(cfg)
-    batch = build_flat_batch(trainer.rollout(0), trainer.pad_id)
+    batch = build_flat_batch(trainer.sampler.rollout(0), trainer.pad_id)
     batch, _ = prepare_step(trainer.spec, batch, None)
     micro = [batch.select_sets(ids) for ids in pack_sets(batch, size)]
     shapes = []

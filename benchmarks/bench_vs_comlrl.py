@@ -68,7 +68,7 @@ def run_srpo(steps: int, threads: int, out: Path, prompts_out: Path | None, over
 
         def recording_generate(policy, requests):  # the first prompt of each step, for the peer
             if len(prompts) < trainer.step + 1:
-                task = trainer.tasks_for_step(trainer.step)[0]
+                task = trainer.sampler.tasks_for_step(trainer.step)[0]
                 tok = backend.policies[policy].tokenizer
                 ids = list(requests[0].prompt_ids)
                 prompts.append({"prompt": tok.decode(ids), "prompt_ids": ids, "answer": str(task.answer)})

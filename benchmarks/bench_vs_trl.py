@@ -146,9 +146,9 @@ def run_srpo(cfg: Config, warmup: int) -> tuple[SideResult, dict]:
     for step in range(t.steps):
         start = time.perf_counter()
         # the body of Trainer.train's loop, minus logging / eval / checkpointing
-        episodes = trainer.rollout(trainer.step)
+        episodes = trainer.sampler.rollout(trainer.step)
         batch = build_flat_batch(episodes, trainer.pad_id)
-        old, ref, _ = trainer.old_and_ref_logprobs(batch)
+        old, ref, _ = trainer.updater.old_and_ref_logprobs(batch)
         batch, _ = prepare_step(trainer.spec, batch, old)
         batch = dataclasses.replace(batch, ref_logprobs=ref)
         mid = time.perf_counter()

@@ -41,9 +41,9 @@ def main() -> None:
     lambdas: dict[str, list[torch.Tensor]] = {r: [] for r in REDUCTIONS}
     sizes: list[torch.Tensor] = []
     for step in range(args.steps):
-        batch = build_flat_batch(trainer.rollout(step), trainer.pad_id)
+        batch = build_flat_batch(trainer.sampler.rollout(step), trainer.pad_id)
         with torch.no_grad():
-            old = trainer._logprobs(trainer.policies, batch).logprobs.cpu()
+            old = trainer.updater.logprobs(trainer.policies, batch).logprobs.cpu()
         filled, _ = prepare_step(trainer.spec, batch, old)
         order = torch.randperm(batch.num_sets).tolist()
         half_a, half_b = order[: len(order) // 2], order[len(order) // 2 :]
@@ -51,7 +51,7 @@ def main() -> None:
         trainer.update(a)  # one optimizer step on half A (it computes the step's weights itself)
         b = filled.select_sets(half_b)
         with torch.no_grad():
-            new = trainer._logprobs(trainer.policies, b).logprobs.cpu()
+            new = trainer.updater.logprobs(trainer.policies, b).logprobs.cpu()
         delta = new - b.old_logprobs
         for r in REDUCTIONS:
             lambdas[r].append(set_log_ratio(delta, b.response_mask, b.set_index, b.num_sets, r))

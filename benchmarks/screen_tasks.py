@@ -32,8 +32,8 @@ from provenance import provenance
 from srpo.build import build_rollout, load_tasks
 from srpo.config.loading import load_config
 from srpo.config.presets import PRESETS_DIR
-from srpo.train.evaluate import evaluate
-from srpo.train.setup import seed_everything
+from srpo.record.evaluate import evaluate
+from srpo.train.seeds import seed_everything
 from srpo.workflows.base import normalize_reward
 
 

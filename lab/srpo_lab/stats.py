@@ -1,7 +1,7 @@
 """The studies' statistics, small and exact: over runs and seeds, t-intervals, standard errors,
 bootstrap intervals and slopes, Holm's adjustment, exact sign-flip, Fisher and Mann-Whitney
 tests. The evaluation's own (the Wilson interval of an accuracy, the paired McNemar test of
-before/after on the same items) is the library's: srpo.train.accuracy, re-exported here.
+before/after on the same items) is the library's: srpo.record.accuracy, re-exported here.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import random
 import statistics
 from collections.abc import Sequence
 
-from srpo.train.accuracy import Z95, Interval, PairedComparison, paired_comparison, wilson_interval
+from srpo.record.accuracy import Z95, Interval, PairedComparison, paired_comparison, wilson_interval
 
 __all__ = ["Z95", "Interval", "PairedComparison", "bootstrap_ci", "bootstrap_diff_ci", "fisher_one_sided", "holm",
            "log_log_slope_ci", "mann_whitney_p", "mean", "paired_comparison", "sign_flip_p", "slope",

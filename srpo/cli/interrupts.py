@@ -97,3 +97,18 @@ def handling_interrupts() -> Iterator[_Guard | None]:
         sys.unraisablehook = guard.previous_hook
         for s, h in previous.items():
             signal.signal(s, h if h is not None else signal.SIG_DFL)
+
+
+def interrupt_behind(error: BaseException) -> Interrupted | None:
+    """The Interrupted that `error` replaced, if any. A signal that lands inside a C++ writer
+    (torch.save's, mid-checkpoint) raises Interrupted there, and the writer's cleanup then fails
+    with an error of its own (RuntimeError: "unexpected pos ..."), raised while the Interrupted
+    was being handled: the interrupt is still what stopped the run, so the command says so."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, Interrupted):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None

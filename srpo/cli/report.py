@@ -1,4 +1,4 @@
-"""`srpo report RUN_DIR [--out FILE]`: one self-contained HTML page of a run (srpo.train.report)."""
+"""`srpo report RUN_DIR [--out FILE]`: one self-contained HTML page of a run (srpo.record.report)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from srpo.cli.destination import check_destination
-    from srpo.train.report import REPORT_FILE, DiskFullError, write_report
+    from srpo.record.report import REPORT_FILE, DiskFullError, write_report
 
     try:
         if Path(args.run_dir).is_dir() or args.out:  # a missing run is named as such below

@@ -50,7 +50,7 @@ def _disk_full_line(error: BaseException, run_dir: Path) -> str | None:
     intact, and how to go on. Checkpoint saves already name the newest intact checkpoint; an
     export, the report or any other file of the run gets that hint here."""
     from srpo.disk import as_disk_full
-    from srpo.train.checkpoint import CHECKPOINTS_DIR, disk_full_hint
+    from srpo.record.checkpoint import CHECKPOINTS_DIR, disk_full_hint
 
     error = as_disk_full(error, run_dir)  # a writer srpo does not wrap (logs, plots): the run dir
     if error is None:
@@ -68,7 +68,7 @@ def _stopped_line(trainer, interrupt) -> str:
     run's metrics equal an uninterrupted run's)."""
     import shlex
 
-    from srpo.train.checkpoint import latest_checkpoint
+    from srpo.record.checkpoint import latest_checkpoint
 
     run_dir, steps = trainer.run_dir, trainer.cfg.train.steps
     try:
@@ -84,10 +84,10 @@ def _stopped_line(trainer, interrupt) -> str:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from srpo.cli.interrupts import Interrupted
+    from srpo.cli.interrupts import Interrupted, interrupt_behind
     from srpo.config import ConfigError, load_config
-    from srpo.train.accuracy import paired_comparison
-    from srpo.train.checkpoint import CheckpointError
+    from srpo.record.accuracy import paired_comparison
+    from srpo.record.checkpoint import CheckpointError
     from srpo.train.trainer import Trainer
 
     config, overrides = _split_args(args.config, args.overrides)
@@ -121,6 +121,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(f"srpo train: {e}", file=sys.stderr)
         return 2
     except Exception as e:
+        if (interrupt := interrupt_behind(e)) is not None:  # a signal inside a C++ writer (interrupts.py)
+            if trainer.dist.is_main:
+                print(f"srpo train: {_stopped_line(trainer, interrupt)}", file=sys.stderr)
+            return interrupt.exit_code
         # a full disk (exit 1, like a failed workflow: the settings were fine) in one line
         if (line := _disk_full_line(e, trainer.run_dir)) is not None:
             print(f"srpo train: {line}", file=sys.stderr)
@@ -143,8 +147,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from srpo.build import build_rollout, load_tasks, task_pack
     from srpo.cli.destination import check_destination
     from srpo.config import ConfigError, load_config
-    from srpo.train.checkpoint import CheckpointError
-    from srpo.train.evaluate import evaluate, write_eval_json
+    from srpo.record.checkpoint import CheckpointError
+    from srpo.record.evaluate import evaluate, write_eval_json
 
     config, overrides = _split_args(args.config, args.overrides)
     try:
@@ -174,7 +178,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError, FileNotFoundError, CheckpointError) as e:
         print(f"srpo eval: {e}", file=sys.stderr)
         return 2
-    from srpo.train.progress import RunProgress
+    from srpo.record.progress import RunProgress
 
     with RunProgress() as progress, progress.bar("eval", total=len(tasks), transient=True) as bar:
         def on_progress(done: int, total: int, correct: int) -> None:
@@ -190,7 +194,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         write_eval_json(args.out, result, label="eval", config=str(path))
         # the episodes beside it, in the training evaluations' format (the report's answers, and
         # what a study reads from a base model's evaluation besides its accuracy)
-        from srpo.train import episodes_log
+        from srpo.record import episodes_log
 
         prompt_text = episodes_log.prompt_decoder(runner.backend.policies)
         episodes_log.write_records(eval_episodes_path(args.out),
@@ -212,8 +216,8 @@ def _run_policies(run_dir: Path, cfg, trust_export: bool = False):
     checked), else its newest complete checkpoint, else the untrained initial policies, said so.
     trust_export: evaluate an export that has no checksum manifest (made by another tool)."""
     from srpo.build import build_policies
-    from srpo.train.checkpoint import EXPORT_MANIFEST, latest_checkpoint, load_checkpoint_policies
-    from srpo.train.trainer import checkpointed_models
+    from srpo.record.checkpoint import EXPORT_MANIFEST, latest_checkpoint, load_checkpoint_policies
+    from srpo.record.policies import checkpointed_models
 
     export = run_dir / "export"
     if export.is_dir():
@@ -235,8 +239,8 @@ def _exported_policies(export_dir: Path, cfg, trust_export: bool = False):
     per policy name, so any policy layout evaluates the same way. Each folder is checked against
     its manifest first; one without a manifest is refused unless trust_export."""
     from srpo.models.precision import resolve_dtype
+    from srpo.record.checkpoint import verify_export
     from srpo.rollout.policies import PolicySet
-    from srpo.train.checkpoint import verify_export
 
     models = {}
     verified = True
@@ -263,7 +267,7 @@ def _load_export(folder: Path, device: str):
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from srpo.train.checkpoint import CorruptCheckpointError
+    from srpo.record.checkpoint import CorruptCheckpointError
 
     try:
         model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).to(device).eval()
@@ -275,7 +279,7 @@ def _load_export(folder: Path, device: str):
 
 def _cmd_plot(args: argparse.Namespace) -> int:
     from srpo.cli.destination import check_destination
-    from srpo.train.plots import PLOTS_DIR, plot_run
+    from srpo.record.plots import PLOTS_DIR, plot_run
 
     run_dir = Path(args.run_dir)
     try:

@@ -569,7 +569,7 @@ class CheckpointConfig(_Section):
     tensorboard: bool = True  # also log to RUN/tensorboard
     wandb: bool = False  # also log to Weights & Biases (needs the wandb package; never required)
     # episodes kept per step in RUN/episodes/ for the report's browser: whole task groups, the
-    # step's first tasks (srpo.train.episodes_log). None: all; 0: none
+    # step's first tasks (srpo.record.episodes_log). None: all; 0: none
     episodes_per_step: int | None = 256
     report: bool = True  # write RUN/report.html (srpo report) at the end
 

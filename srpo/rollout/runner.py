@@ -531,7 +531,7 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     out["stop/length"] = stopped_by_length / members if members else 0.0
     out["members/unconsumed_share"] = sum(unread.values()) / members if members else 0.0
     # the share of episodes whose final answer (what the reward read: metadata extracted_answer)
-    # is the most common one; a constant answer is a drift (srpo.train.drift)
+    # is the most common one; a constant answer is a drift (srpo.record.drift)
     answers = Counter(
         e.metadata["extracted_answer"] for e in episodes if e.metadata.get("extracted_answer") is not None
     )

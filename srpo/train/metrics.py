@@ -26,6 +26,13 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from srpo.rollout.runner import rollout_metrics
+
+if TYPE_CHECKING:
+    from srpo.record.console import PhaseTimer
+    from srpo.train.sampling import StepRollout
 
 REDUCTIONS = ("sum", "mean", "max")
 
@@ -66,7 +73,7 @@ METRICS: tuple[Metric, ...] = tuple(
     + _declare("update", "sum", "update/optimizer_steps")
     + _declare("update", "mean", "update/skipped_set_share", "update/skipped_token_share",
                "grad_norm/{policy}", "lr/{policy}")
-    # the loop, once per step (srpo.train.trainer, srpo.train.console.PhaseTimer)
+    # the loop, once per step (srpo.train.trainer, srpo.record.console.PhaseTimer)
     + _declare("loop", "sum", "time/{phase}")
     + _declare("loop", "mean", "throughput/gen_tokens_per_s")
     + _declare("loop", "max", "memory/peak_rss_gb")
@@ -83,7 +90,7 @@ METRICS: tuple[Metric, ...] = tuple(
     + _declare("dynamic sampling", "sum", "rollout/dynamic/draws", "rollout/dynamic/informative_tasks",
                "rollout/dynamic/dropped_episodes", "rollout/dynamic/dropped_tokens")
     + _declare("dynamic sampling", "mean", "rollout/dynamic/loss_scale")
-    # held-out evaluation (srpo.train.evaluate.EvalResult.metrics)
+    # held-out evaluation (srpo.record.evaluate.EvalResult.metrics)
     + _declare("eval", "mean", "eval/accuracy", "eval/ci_low", "eval/ci_high", "eval/agent/{agent}",
                "eval/top_answer_share")
     + _declare("eval", "sum", "eval/n", "eval/seconds")
@@ -167,3 +174,18 @@ def peak_rss_gb() -> float:
     set the run's peak is visible in metrics.jsonl."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024**3 if sys.platform == "darwin" else 1024**2)
+
+
+def step_metrics(rollout: StepRollout, timer: PhaseTimer, *parts: dict[str, float]) -> dict[str, float]:
+    """One step's metrics row: the loop's parts (advantages, forward, update), the phase times,
+    dynamic sampling's, everything generated (dropped draws of dynamic sampling too: the rollout
+    budget), generation throughput, and this process's peak memory so far (which step set it)."""
+    metrics: dict[str, float] = {}
+    for part in parts:
+        metrics.update(part)
+    metrics.update({**timer.metrics(), **rollout.metrics})
+    metrics.update({f"rollout/{k}": v for k, v in rollout_metrics(rollout.generated).items()})
+    tokens = metrics.get("rollout/tokens/generated", 0.0)
+    metrics["throughput/gen_tokens_per_s"] = tokens / max(timer.seconds["rollout"], 1e-9)
+    metrics["memory/peak_rss_gb"] = peak_rss_gb()
+    return metrics

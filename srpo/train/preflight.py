@@ -85,7 +85,7 @@ def check_resume_steps(ckpt: Path | None, steps: int) -> None:
     """resume=true with train.steps fewer than the steps its checkpoint has done is refused: the
     run would end at once, saying it ran the steps it had. A marker that cannot be read is left
     to the checkpoint's own checks, which name what is wrong with it."""
-    from srpo.train.checkpoint import STATE_FILE
+    from srpo.record.checkpoint import STATE_FILE
 
     if ckpt is None:
         return

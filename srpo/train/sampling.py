@@ -19,9 +19,10 @@ from srpo.batch import FlatBatch, build_flat_batch
 from srpo.config import Config
 from srpo.objective.aggregation import short_step_scale
 from srpo.objective.methods import MethodSpec, informative_sets, prepare_step
+from srpo.record.progress import RunProgress
 from srpo.rollout.policies import PolicySet
 from srpo.rollout.runner import rollout_metrics
-from srpo.train.progress import RunProgress
+from srpo.train.seeds import rollout_seed, task_order_seed
 from srpo.types import Episode, Task
 
 
@@ -32,7 +33,7 @@ def tasks_for_step(pool: Sequence[Task], step: int, *, tasks_per_step: int, seed
     n = tasks_per_step
     order = list(range(len(pool)))
     epoch, offset = divmod(step * n, len(pool))
-    random.Random(f"{seed}/tasks/{epoch}").shuffle(order)
+    random.Random(task_order_seed(seed, epoch)).shuffle(order)
     picked = [order[(offset + j) % len(pool)] for j in range(n)]
     if len(set(picked)) < len(picked):
         raise ValueError(f"train.tasks_per_step ({n}) exceeds task.train_size ({len(pool)})")
@@ -71,7 +72,7 @@ class Sampler:
     def rollout(self, step: int, tasks: list[Task] | None = None, draw: int = 0) -> list[Episode]:
         """G episodes of each of the step's tasks (or of `tasks`, an extra draw of the step)."""
         # fresh workflow draws every step (and every extra draw of a step)
-        self.runner.seed = self.cfg.seed * 1_000_003 + step + 7_919 * draw
+        self.runner.seed = rollout_seed(self.cfg.seed, step, draw)
         for model in self.policies.models():
             model.eval()
         with torch.no_grad():

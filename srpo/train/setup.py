@@ -1,33 +1,18 @@
-"""What a run sets up around its policies: seeds, the KL reference, the pad id, the modules a
-checkpoint holds, and the export of the trained policies at the end."""
+"""What a run sets up around its policies: its fingerprint, the KL reference, the pad id,
+activation checkpointing. (Seeds: srpo.train.seeds; what a checkpoint holds and the export of
+the trained policies: srpo.record.policies.)"""
 
 from __future__ import annotations
 
 import copy
-import random
-from pathlib import Path
-
-import torch
 
 from srpo.config import Config, to_dict
+from srpo.record.run_identity import resume_fingerprint
 from srpo.rollout.policies import PolicySet
-from srpo.train.run_identity import resume_fingerprint
-
-
-def seed_everything(seed: int) -> None:
-    """Python's, torch's and numpy's global generators, before any model is built."""
-    random.seed(seed)
-    torch.manual_seed(seed)
-    try:
-        import numpy as np
-
-        np.random.seed(seed)
-    except ImportError:  # numpy is a dependency, but seeding it is only a courtesy
-        pass
 
 
 def fingerprint_of(cfg: Config) -> str:
-    """The checkpoint fingerprint of a config (srpo.train.run_identity)."""
+    """The checkpoint fingerprint of a config (srpo.record.run_identity)."""
     return resume_fingerprint(to_dict(cfg))
 
 
@@ -62,22 +47,3 @@ def enable_activation_checkpointing(policies: PolicySet) -> None:
         # non-reentrant: works with frozen inputs (LoRA) without enable_input_require_grads;
         # HF applies it in train mode only, so rollouts and no-grad passes are unaffected
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-
-
-def checkpointed_models(policies: PolicySet) -> dict[str, torch.nn.Module]:
-    """The modules a checkpoint holds: separate policies by name; a shared model or a LoRA base
-    (with all its adapters) once, as "model"."""
-    if policies.kind == "separate":
-        return {n: policies[n].model for n in policies.names}
-    return {"model": policies.models()[0]}
-
-
-def export_policies(policies: PolicySet, run_dir: Path) -> list[Path]:
-    """Each trained policy as a plain Hugging Face folder under RUN/export/<policy>."""
-    from srpo.train.checkpoint import export_policy
-
-    out = []
-    for name in policies.names:
-        p = policies[name]
-        out.append(export_policy(p.model, p.tokenizer, run_dir / "export" / name, adapter=p.adapter, overwrite=True))
-    return out

@@ -1,22 +1,15 @@
-"""The training loop: rollout -> active sets -> advantages -> K epochs of updates -> log -> eval -> checkpoint.
+"""The training loop: rollout -> active sets -> advantages -> old log-probs -> K epochs of
+whole-set minibatches -> record.
 
     trainer = Trainer(load_config("srpo/presets/smoke.yaml"))
     result = trainer.train()           # TrainResult(run_dir, steps_done, before, after, history)
 
-One step, as `_train` reads:
-
-    rollout = sampler.rollout_step(step)                  # srpo.train.sampling (dynamic sampling)
-    batch, metrics = prepare(spec, rollout.episodes)      # the flat batch and its advantages
-    skipped = skipped_sets(batch)                         # advantage exactly 0: left out, once
-    old, ref = old_and_ref_logprobs(batch, computed sets) # srpo.train.update (off-policy, KL)
-    update(batch, skipped)                                # epochs x minibatches of whole sets
-    log, evaluate, checkpoint
-
-The parts live in their own modules: the run directory's rules (srpo.train.run_dir), what a step
-trains on (srpo.train.sampling), the update (srpo.train.update), the console (srpo.train.console),
-the metrics and their reductions (srpo.train.metrics), seeds, reference and export
-(srpo.train.setup). The method (SRPO or a baseline) is a MethodSpec from srpo.objective; no
-module here branches on its name.
+`Trainer._train` reads as the data flow of a step. The parts live in their own modules: what a
+step trains on (srpo.train.sampling: dynamic sampling), the update (srpo.train.update), the
+metrics (srpo.train.metrics), every derived seed (srpo.train.seeds); everything a run writes
+(checkpoints, logs, the console, evaluations, plots, the report) is one `Recorder`
+(srpo.record.recorder), which owns the rank-0 rule. The method (SRPO or a baseline) is a
+MethodSpec from srpo.objective; no module here branches on its name.
 """
 
 from __future__ import annotations
@@ -24,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -32,20 +24,21 @@ from srpo.batch import FlatBatch, build_flat_batch
 from srpo.build import build_policies, build_rollout, load_tasks, task_pack
 from srpo.config import Config, to_dict
 from srpo.objective.methods import MethodSpec, get_method, prepare_step
+from srpo.record.checkpoint import TrainState
+from srpo.record.console import PhaseTimer
+from srpo.record.episodes_log import UpdateRecord
+from srpo.record.evaluate import EvalResult
+from srpo.record.heldout import Heldout
+from srpo.record.policies import checkpointed_models
+from srpo.record.progress import RunProgress
+from srpo.record.recorder import Recorder
+from srpo.record.run_dir import RUN_ARTIFACTS, RunLock, check_config_file, resolve_run_dir, resume_checkpoint
+from srpo.record.run_identity import RESUMABLE_FIELDS
 from srpo.rollout.backends import check_training_backend
 from srpo.rollout.policies import PolicySet
-from srpo.rollout.runner import rollout_metrics
-from srpo.train import episodes_log
-from srpo.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
-from srpo.train.console import PhaseTimer, step_line, write_report_or_say_why
 from srpo.train.distributed import barrier, broadcast_from_main, close_distributed, init_distributed
-from srpo.train.drift import DriftWatch
-from srpo.train.episodes_log import UpdateRecord
-from srpo.train.evaluate import EvalResult
-from srpo.train.forward import BatchLogprobs, check_training_sampling
-from srpo.train.heldout import evaluate_run
-from srpo.train.metrics import combine_micro_batches, mean_over_steps, peak_rss_gb
-from srpo.train.metrics_log import MetricsLogger
+from srpo.train.forward import check_training_sampling
+from srpo.train.metrics import combine_micro_batches, mean_over_steps, step_metrics
 from srpo.train.optim import build_optimizers, policy_parameters
 from srpo.train.preflight import (
     check_minibatches,
@@ -54,29 +47,10 @@ from srpo.train.preflight import (
     check_resume_steps,
     preflight,
 )
-from srpo.train.progress import RunProgress
-from srpo.train.run_dir import (
-    RUN_ARTIFACTS,
-    RunLock,
-    check_config_file,
-    resolve_run_dir,
-    resume_checkpoint,
-    rewind_logs,
-    write_config,
-)
-from srpo.train.run_identity import RESUMABLE_FIELDS
-from srpo.train.sampling import Sampler, StepRollout
-from srpo.train.setup import (
-    build_reference,
-    checkpointed_models,
-    enable_activation_checkpointing,
-    export_policies,
-    fingerprint_of,
-    seed_everything,
-    shared_pad_token_id,
-)
+from srpo.train.sampling import Sampler
+from srpo.train.seeds import rank_seed, seed_everything
+from srpo.train.setup import build_reference, enable_activation_checkpointing, fingerprint_of, shared_pad_token_id
 from srpo.train.update import PolicyUpdate, skipped_sets
-from srpo.types import Episode, Task
 
 __all__ = ["RUN_ARTIFACTS", "TrainResult", "Trainer", "check_minibatches", "checkpointed_models",
            "combine_micro_batches", "fingerprint_of", "mean_over_steps"]
@@ -141,18 +115,23 @@ class Trainer:
         )
         self.reference = build_reference(self.policies) if t.kl_beta > 0 else None
         if self.dist.active:  # identical replicas above; different samples from here on
-            torch.manual_seed(cfg.seed + 1_000_003 * self.dist.rank)
+            torch.manual_seed(rank_seed(cfg.seed, self.dist.rank))
         self.train_tasks = load_tasks(cfg.task, split="train")
         self.heldout_tasks = load_tasks(cfg.task, split="heldout", limit=cfg.eval.size) if cfg.eval.size != 0 else []
         for split, tasks in (("train", self.train_tasks), ("heldout", self.heldout_tasks)):
             check_question_lengths(tasks, self.policies, cfg.sampling.max_new_tokens, split)
         self.step = 0
-        # bars on rank 0's terminal only; plain lines otherwise (srpo.train.progress)
+        # bars on rank 0's terminal only; plain lines otherwise (srpo.record.progress)
         self.progress = RunProgress(enabled=None if self.dist.is_main else False)
         self.sampler = Sampler(cfg, self.runner, self.workflow, self.policies, self.train_tasks, spec=self.spec,
                                pad_id=self.pad_id, rank=self.dist.rank, world=self.dist.world, progress=self.progress)
         self.updater = PolicyUpdate(self.spec, self.policies, self.params, self.optimizers, self.schedulers,
                                     t, self.dist, self.reference)
+        heldout = Heldout(self.runner, self.workflow, self.policies, self.heldout_tasks, seed=cfg.seed,
+                          success_component=self.success_component, batch_tasks=cfg.eval.batch_tasks)
+        self.recorder = Recorder(cfg, self.run_dir, main=self.dist.is_main, sync=lambda: barrier(self.dist),
+                                 progress=self.progress, heldout=heldout if self.heldout_tasks else None,
+                                 policies=self.policies)
 
     def release_run_dir(self, *, discard: bool = False) -> None:
         """Let another process write this run directory (train() does it when it ends).
@@ -160,7 +139,8 @@ class Trainer:
         if self._run_lock is not None:
             self._run_lock.release(discard=discard)
 
-    def _state(self) -> TrainState:
+    def checkpoint_state(self) -> TrainState:
+        """What a checkpoint holds now: the step, the policies' modules, optimizers, schedulers."""
         return TrainState(
             step=self.step,
             policies=checkpointed_models(self.policies),
@@ -170,52 +150,16 @@ class Trainer:
             config_fingerprint=self.fingerprint,
         )
 
-    # ------------------------------------------------------------------ the parts of a step
-
-    def tasks_for_step(self, step: int) -> list[Task]:
-        """A deterministic function of the step, so resuming needs only the step number."""
-        return self.sampler.tasks_for_step(step)
-
-    def rollout(self, step: int, tasks: list[Task] | None = None, draw: int = 0) -> list[Episode]:
-        """G episodes of each of the step's tasks (or of `tasks`, an extra draw of the step)."""
-        return self.sampler.rollout(step, tasks, draw)
-
-    def rollout_step(self, step: int) -> StepRollout:
-        """The step's episodes to train on and every episode generated (srpo.train.sampling)."""
-        return self.sampler.rollout_step(step)
-
-    def _skipped_sets(self, batch: FlatBatch) -> torch.Tensor:
-        """[S] bool: the sets the update leaves out (srpo.train.update.skipped_sets)."""
-        return skipped_sets(batch, self.cfg.train)
-
-    def old_and_ref_logprobs(self, batch: FlatBatch, sets: list[int] | None = None):
-        """(log pi_old or None when on-policy, log pi_ref or None, forward diagnostics), [M, T]."""
-        return self.updater.old_and_ref_logprobs(batch, sets)
-
-    def _logprobs(self, policies: PolicySet, batch: FlatBatch, *, with_entropy: bool = False) -> BatchLogprobs:
-        return self.updater.logprobs(policies, batch, with_entropy=with_entropy)
-
     def update(self, batch: FlatBatch, record: UpdateRecord | None = None, *,
                skipped: list[bool] | None = None, loss_scale: float = 1.0) -> dict[str, float]:
-        """K epochs of whole-set minibatches over the rollout batch (srpo.train.update). skipped:
-        the sets left out, as the loop derived them (None: derived here). record: filled with
-        each computed set's log-ratio and clipped share (the episode browser's; not the loss).
-        loss_scale: the factor on every optimizer step's loss (StepRollout.loss_scale)."""
-        skipped = self._skipped_sets(batch).tolist() if skipped is None else skipped
+        """K epochs of whole-set minibatches over the rollout batch (srpo.train.update), under
+        the console's bar. skipped: the sets left out, as the loop derived them (None: derived
+        here). record: filled with each computed set's log-ratio and clipped share (the episode
+        browser's; not the loss). loss_scale: the factor on every optimizer step's loss
+        (StepRollout.loss_scale)."""
+        skipped = skipped_sets(batch, self.cfg.train).tolist() if skipped is None else skipped
         with self.progress.bar("update", total=None, transient=True, info="forward and backward") as bar:
             return self.updater.run(batch, skipped, record, bar, step=self.step, loss_scale=loss_scale)
-
-    def evaluate(self, label: str) -> EvalResult | None:
-        """Held-out accuracy, on rank 0 (the others wait); files under RUN/eval (srpo.train.heldout)."""
-        if not self.heldout_tasks:
-            return None
-        result = None
-        if self.dist.is_main:
-            result = evaluate_run(self.runner, self.workflow, self.policies, self.heldout_tasks, label=label,
-                                  step=self.step, seed=self.cfg.seed, success_component=self.success_component,
-                                  batch_tasks=self.cfg.eval.batch_tasks, run_dir=self.run_dir, progress=self.progress)
-        barrier(self.dist)
-        return result
 
     # ------------------------------------------------------------------ the loop
 
@@ -228,133 +172,40 @@ class Trainer:
             transformers.utils.logging.disable_progress_bar()
         try:
             with self.progress:
-                result = self._train()
-            if self.dist.is_main and self.cfg.checkpoint.report:
-                write_report_or_say_why(self.run_dir)
+                self._train()
+            self.recorder.write_report()
         finally:
             self.release_run_dir()
             close_distributed(self.dist)  # a group it created: see close_distributed for why
-        return result
+        rec = self.recorder
+        return TrainResult(self.run_dir, self.step, before=rec.before, after=rec.after, history=rec.history)
 
-    def _train(self) -> TrainResult:
-        cfg, t, main = self.cfg, self.cfg.train, self.dist.is_main
-        logger, result = self._begin()
-        run_bar = self.progress.bar("train", total=t.steps, completed=self.step, info="steps")
-        drift = DriftWatch()  # a rambling or constant-answer drift, said when it starts
+    def _train(self) -> None:
+        cfg, steps = self.cfg, self.cfg.train.steps
+        self.step = self.recorder.begin(self.checkpoint_state(), self._resume_from)
+        if self._resume_from is not None and self.dist.active:  # the checkpoint holds rank 0's RNG state
+            torch.manual_seed(rank_seed(cfg.seed, self.dist.rank, self.step))
         try:
-            while self.step < t.steps:
+            while self.step < steps:
                 timer = PhaseTimer()
                 with timer("rollout"):
-                    rollout = self.rollout_step(self.step)
+                    rollout = self.sampler.rollout_step(self.step)
                 with timer("sets"):  # dynamic sampling built it already when it kept one whole draw
                     flat = None if rollout.prepared else build_flat_batch(rollout.episodes, self.pad_id).to(cfg.device)
                 with timer("advantages"):
-                    batch, step_metrics = rollout.prepared or prepare_step(self.spec, flat, None)
+                    batch, advantage_metrics = rollout.prepared or prepare_step(self.spec, flat, None)
                 with timer("old_logprobs"):  # only for the sets the update computes
-                    skipped = self._skipped_sets(batch).tolist()
-                    old, ref, diag = self.old_and_ref_logprobs(
+                    skipped = skipped_sets(batch, cfg.train).tolist()
+                    old, ref, forward_metrics = self.updater.old_and_ref_logprobs(
                         batch, [s for s in range(batch.num_sets) if not skipped[s]])
                     batch = dataclasses.replace(batch, old_logprobs=old, ref_logprobs=ref)
                 record = UpdateRecord(batch.num_sets)
                 with timer("update"):
-                    upd = self.update(batch, record, skipped=skipped, loss_scale=rollout.loss_scale)
+                    update_metrics = self.update(batch, record, skipped=skipped, loss_scale=rollout.loss_scale)
                 self.step += 1
-                if main:
-                    self._keep_episodes(rollout.episodes, batch, record, skipped)
-                metrics = {**step_metrics, **diag, **upd, **timer.metrics(), **rollout.metrics}
-                # everything generated (dropped episodes of dynamic sampling too): the rollout budget
-                metrics.update({f"rollout/{k}": v for k, v in rollout_metrics(rollout.generated).items()})
-                tokens = metrics.get("rollout/tokens/generated", 0.0)
-                metrics["throughput/gen_tokens_per_s"] = tokens / max(timer.seconds["rollout"], 1e-9)
-                metrics["memory/peak_rss_gb"] = peak_rss_gb()  # of this process so far: which step set it
-                if cfg.eval.every and self.step % cfg.eval.every == 0 and self.step < t.steps:
-                    ev = self.evaluate(f"step {self.step}")
-                    if ev:
-                        metrics.update(ev.metrics("eval"))
-                logger.log(self.step, metrics)
-                result.history.append(metrics)
-                if main:
-                    self.progress.line(step_line(self.step, t.steps, metrics, timer))
-                    for warning in drift.check({"step": self.step, **metrics}):
-                        self.progress.line(warning.line())
-                run_bar.advance()
-                every = cfg.checkpoint.every
-                if self.step == t.steps or (every and self.step % every == 0):
-                    if main:  # replicas are identical: one writer
-                        save_checkpoint(self.run_dir, self._state(), keep_last=cfg.checkpoint.keep_last)
-                    barrier(self.dist)
-            result.steps_done = self.step
-            if cfg.eval.after:
-                result.after = self.evaluate("after")
-                if result.after:
-                    logger.log(self.step, result.after.metrics("eval"))
+                metrics = step_metrics(rollout, timer, advantage_metrics, forward_metrics, update_metrics)
+                self.recorder.step(self.step, metrics, timer, episodes=rollout.episodes, batch=batch,
+                                   update=record, skipped=skipped, state=self.checkpoint_state)
+            self.recorder.end(self.step)
         finally:
-            logger.close()
-        if main and cfg.checkpoint.plots:
-            from srpo.train.plots import plot_run
-
-            plot_run(self.run_dir)
-        if main and cfg.checkpoint.export:
-            self.export()
-        barrier(self.dist)
-        return result
-
-    def _begin(self) -> tuple[MetricsLogger | _NoLogger, TrainResult]:
-        """Resume (or start over), open the metrics log, evaluate before training."""
-        cfg, main = self.cfg, self.dist.is_main
-        if self._resume_from is not None:  # before anything is written: a bad checkpoint changes nothing
-            # resume_checkpoint verified every file's checksum when it picked the checkpoint
-            loaded = load_checkpoint(self._resume_from, self._state(), files_verified=True)
-            self.step = int(loaded.data_state["next_step"])
-        if main:
-            write_config(self.run_dir, to_dict(cfg))
-        logger: MetricsLogger | _NoLogger = _NoLogger()
-        if main:
-            logger = MetricsLogger(self.run_dir, tensorboard=cfg.checkpoint.tensorboard,
-                                   wandb={"config": to_dict(cfg)} if cfg.checkpoint.wandb else None)
-        result = TrainResult(self.run_dir, 0)
-        if self._resume_from is not None:
-            if self.dist.active:
-                # the checkpoint holds rank 0's RNG state; without this every rank would sample
-                # the same tokens (multi-process resumes are exact in weights, not in samples)
-                torch.manual_seed(cfg.seed + 1_000_003 * self.dist.rank + self.step)
-            self.progress.line(rewind_logs(self.run_dir, logger, self.step, self._resume_from, main=main))
-            return logger, result
-        if cfg.resume:  # killed before its first checkpoint: nothing to continue, start over
-            self.progress.line(rewind_logs(self.run_dir, logger, 0, None, main=main))
-        if cfg.eval.before:
-            result.before = self.evaluate("before")
-            if result.before:
-                logger.log(0, result.before.metrics("eval"))
-        return logger, result
-
-    def _keep_episodes(self, episodes: list[Episode], batch: FlatBatch, record: UpdateRecord,
-                       skipped: list[bool]) -> None:
-        """RUN/episodes/step-N.jsonl.gz: the step's episodes (a sample: srpo.train.episodes_log)."""
-        limit = self.cfg.checkpoint.episodes_per_step
-        if limit == 0:
-            return
-        records = episodes_log.episode_records(
-            episodes,
-            step=self.step,
-            prompt_text=episodes_log.prompt_decoder(self.policies),
-            batch=batch,
-            update=record,
-            skipped=skipped,
-            keep=episodes_log.kept_episodes(episodes, limit),
-        )
-        episodes_log.write_records(episodes_log.step_file(self.run_dir, self.step), records)
-
-    def export(self) -> list[Path]:
-        """Each trained policy as a plain Hugging Face folder under RUN/export/<policy>."""
-        return export_policies(self.policies, self.run_dir)
-
-
-class _NoLogger:
-    """The metrics log of ranks other than 0."""
-
-    def log(self, step: int, metrics: dict[str, float]) -> None: ...
-    def resume(self, step: int, **kwargs: Any) -> int:
-        return 0
-
-    def close(self) -> None: ...
+            self.recorder.close()

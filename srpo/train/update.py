@@ -35,13 +35,13 @@ from srpo.objective.methods import (
     step_counts,
     with_step_weights,
 )
+from srpo.record.console import MicroBatchCounter
+from srpo.record.episodes_log import UpdateRecord
+from srpo.record.progress import Bar
 from srpo.rollout.policies import PolicySet
-from srpo.train.console import MicroBatchCounter
 from srpo.train.distributed import DistContext, all_reduce_gradients, sum_counts
-from srpo.train.episodes_log import UpdateRecord
 from srpo.train.forward import BatchLogprobs, batch_logprobs
 from srpo.train.metrics import combine_micro_batches, mean_over_steps
-from srpo.train.progress import Bar
 
 
 def skipped_sets(batch: FlatBatch, t: TrainConfig) -> torch.Tensor:

@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from srpo.train.episodes_log import read_records
+from srpo.record.episodes_log import read_records
 from srpo_lab.stats import (
     fisher_one_sided,
     holm,

@@ -59,16 +59,16 @@ def measure(config: str, method: str, steps: int, overrides: list[str], seed: in
     trainer = Trainer(cfg)
     values: list[torch.Tensor] = []
     for step in range(steps):
-        batch = build_flat_batch(trainer.rollout(step), trainer.pad_id)
+        batch = build_flat_batch(trainer.sampler.rollout(step), trainer.pad_id)
         with torch.no_grad():
-            old = trainer._logprobs(trainer.policies, batch).logprobs.cpu()
+            old = trainer.updater.logprobs(trainer.policies, batch).logprobs.cpu()
         filled, _ = prepare_step(trainer.spec, batch, old)
         order = torch.randperm(filled.num_sets).tolist()
         half_a, half_b = order[: len(order) // 2], order[len(order) // 2 :]
         trainer.update(filled.select_sets(half_a))  # one optimizer step on half A
         b = filled.select_sets(half_b)
         with torch.no_grad():
-            new = trainer._logprobs(trainer.policies, b).logprobs.cpu()
+            new = trainer.updater.logprobs(trainer.policies, b).logprobs.cpu()
         values.append(unit_log_ratios(spec.ratio_unit, new - b.old_logprobs, b).detach().abs().double())
     x = torch.cat(values)
     q = torch.quantile(x, torch.tensor([0.5, 1 - OUTSIDE_SHARE, 0.95], dtype=torch.float64)).tolist()

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from srpo.train.episodes_log import read_records
+from srpo.record.episodes_log import read_records
 from srpo_lab.stats import holm, paired_comparison, t_interval
 from srpo_lab.study.report import load_runs
 from srpo_lab.study.spec import load_spec

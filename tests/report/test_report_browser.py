@@ -84,7 +84,7 @@ def test_filters_change_what_is_shown(page, smoke_run, tmp_path):
     page.select_option("#f-step", str(STEPS))
     page.locator("#ep-list tbody tr").nth(1).click()
     step, index = (int(x) for x in _rows(page)[1][:2])
-    from srpo.train import episodes_log
+    from srpo.record import episodes_log
 
     ep = next(
         e for e in episodes_log.read_records(episodes_log.step_file(smoke_run.run_dir, step)) if e["index"] == index

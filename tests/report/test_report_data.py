@@ -13,8 +13,8 @@ import pytest
 from report_helpers import STEPS, SmokeRun, make_smoke_run
 
 from srpo.cli import main
-from srpo.train import episodes_log
-from srpo.train.report import ReportError, collect_run, write_report
+from srpo.record import episodes_log
+from srpo.record.report import ReportError, collect_run, write_report
 from srpo.types import ActiveSet, Episode, Member, Task
 
 
@@ -179,6 +179,6 @@ def test_the_report_carries_the_drift_warnings_of_its_metrics_log(smoke_run, tmp
     warnings = collect_run(run)["warnings"]
     assert len(warnings) == 1 and warnings[0].startswith("warning: step 2: 80% of the training outputs were cut")
     # the unmodified run: exactly what the trainer's own function finds in its rows
-    from srpo.train.drift import drift_warnings
+    from srpo.record.drift import drift_warnings
 
     assert collect_run(smoke_run.run_dir)["warnings"] == [w.line() for w in drift_warnings(smoke_run.train_rows())]

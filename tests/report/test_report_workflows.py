@@ -17,14 +17,14 @@ from srpo.batch import build_flat_batch
 from srpo.models import build_byte_tokenizer
 from srpo.objective import get_method, prepare_step
 from srpo.objective.methods import SetUpdateState
+from srpo.record import episodes_log
+from srpo.record.episodes_log import UpdateRecord
+from srpo.record.report import collect_run, write_report
 from srpo.rollout import AgentSpec, PolicySet, RolloutRunner, SamplingParams, ScriptedBackend
 from srpo.tasks.math import MathReward
 from srpo.tasks.search.env import SearchEnv
 from srpo.tasks.search.records import Passage
 from srpo.tasks.search.rewards import SearchReward
-from srpo.train import episodes_log
-from srpo.train.episodes_log import UpdateRecord
-from srpo.train.report import collect_run, write_report
 from srpo.types import Task
 from srpo.workflows import build_workflow
 

@@ -12,9 +12,9 @@ from rollout_helpers import make_tasks, scripted_runner, tok  # noqa: F401 (tok 
 
 from srpo.build import build_rollout
 from srpo.config import ConfigError, load_config
+from srpo.record.evaluate import greedy_runner
 from srpo.rollout.overlong import apply_overlong_penalty, check_penalty, cut_share
 from srpo.rollout.runner import rollout_metrics
-from srpo.train.evaluate import greedy_runner
 from srpo.types import ActiveSet, Member
 from srpo.workflows import Continue, Request, build_workflow
 

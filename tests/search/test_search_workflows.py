@@ -520,7 +520,7 @@ def test_srpo_rollout_on_a_tiny_random_model(tmp_path, capsys, workflow, events)
 
 def test_held_out_evaluation_scores_search_answers_by_exact_match():
     """evaluate() reads a search episode's "em" component (math rewards say "correct")."""
-    from srpo.train.evaluate import evaluate
+    from srpo.record.evaluate import evaluate
 
     def half_right(req):  # q0 answered right, q1 wrong
         if req.agent == "query_writer":
@@ -572,7 +572,7 @@ def test_plain_text_fallback_never_overrides_tags():
 
 
 def test_cover_component_credits_answers_that_contain_the_gold_and_can_define_success():
-    from srpo.train.evaluate import evaluate
+    from srpo.record.evaluate import evaluate
 
     def wordy(req):
         if req.agent == "query_writer":

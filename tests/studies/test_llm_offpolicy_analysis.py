@@ -197,7 +197,7 @@ def test_learning_curves_mean_and_standard_error_by_hand(tmp_path):
 def _search_cells(tmp_path, recalls, seeds):
     """Finished search-credit cells whose held-out episodes have the given (recall, r1, r2) rows;
     round 2 is left out of an episode's metadata when its r2 is None (the round did not run)."""
-    from srpo.train.episodes_log import write_records
+    from srpo.record.episodes_log import write_records
 
     done = []
     for (m, seed), eps in recalls.items():
@@ -243,7 +243,7 @@ def test_heldout_retrieval_means_by_hand_and_waits_for_every_seed(tmp_path):
 
 
 def test_heldout_retrieval_refuses_episodes_that_are_not_search(tmp_path):
-    from srpo.train.episodes_log import write_records
+    from srpo.record.episodes_log import write_records
 
     cells = _search_cells(tmp_path, {("srpo", 0): [(1.0, 1.0, 0.0)]}, (0,))
     write_records(tmp_path / "srpo" / "seed0" / "eval" / "after.episodes.jsonl.gz",

@@ -326,7 +326,7 @@ def test_a_study_spec_and_a_run_config_are_read_within_the_config_bounds(tmp_pat
     """Study specs (the one harness's, series studies' too) and a run's config.yaml read by the
     report go through the config loader's bounds: an alias bomb or a duplicate key is one
     ConfigError, at once."""
-    from srpo.train.report.data import ReportError, collect_run
+    from srpo.record.report.data import ReportError, collect_run
     from srpo_lab.study.spec import load_spec
 
     path = tmp_path / "config.yaml"

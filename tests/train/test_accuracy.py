@@ -1,10 +1,10 @@
-"""srpo.train.accuracy: the evaluation's Wilson interval and paired McNemar test, by hand."""
+"""srpo.record.accuracy: the evaluation's Wilson interval and paired McNemar test, by hand."""
 
 import math
 
 import pytest
 
-from srpo.train.accuracy import paired_comparison, wilson_interval
+from srpo.record.accuracy import paired_comparison, wilson_interval
 
 
 def test_wilson_hand_value():

@@ -24,10 +24,10 @@ import pytest
 
 from srpo.cli import main
 from srpo.config import load_config
+from srpo.record.checkpoint import CorruptCheckpointError, verify_export
 from srpo.rollout import AgentSpec, PolicySet, RolloutRunner, SamplingParams, ScriptedBackend
 from srpo.rollout import runner as runner_module
 from srpo.tasks.math import MathReward
-from srpo.train.checkpoint import CorruptCheckpointError, verify_export
 from srpo.types import Task
 
 # the module (srpo.tasks.math's attribute of that name is its function)

@@ -1,4 +1,4 @@
-"""Tests of srpo.train.checkpoint: round trips, exact continuation, crash safety, loud errors.
+"""Tests of srpo.record.checkpoint: round trips, exact continuation, crash safety, loud errors.
 
 Models are the tiny random llama (1 layer, hidden 32: ~20k params), so every test is fast; the
 SIGKILL tests run a plain nn.Linear in a subprocess to keep its start-up to the torch import.
@@ -22,7 +22,7 @@ from safetensors import safe_open
 from transformers import AutoModelForCausalLM
 
 from srpo.models import build_tiny_model
-from srpo.train.checkpoint import (
+from srpo.record.checkpoint import (
     CheckpointMismatchError,
     CorruptCheckpointError,
     TrainState,
@@ -325,7 +325,7 @@ def test_bad_state_is_refused_before_writing(tmp_path):
 
 KILL_SCRIPT = textwrap.dedent("""
     import sys, time, torch
-    import srpo.train.checkpoint as ck
+    import srpo.record.checkpoint as ck
 
     run, where = sys.argv[1], sys.argv[2]
     torch.manual_seed(0)

@@ -127,7 +127,7 @@ def test_a_damaged_metrics_line_is_refused_on_resume_naming_the_file_and_line(ru
 def test_a_cut_last_line_ending_inside_a_character_is_still_only_a_cut_line(run, capsys):
     """A kill mid-write can cut a multi-byte character: that is a cut line (dropped on resume
     with a warning), not a damaged file."""
-    from srpo.train.metrics_log import MetricsLogger, read_metrics
+    from srpo.record.metrics_log import MetricsLogger, read_metrics
 
     log = run / "metrics.jsonl"
     rows = len(read_metrics(run))

@@ -21,10 +21,10 @@ import pytest
 import torch
 from safetensors import SafetensorError
 
-import srpo.train.checkpoint as ck
+import srpo.record.checkpoint as ck
 from srpo.cli import main
 from srpo.models import build_tiny_model
-from srpo.train.checkpoint import (
+from srpo.record.checkpoint import (
     EXPORT_MANIFEST,
     STATE_FILE,
     CorruptCheckpointError,
@@ -39,7 +39,7 @@ from srpo.train.checkpoint import (
     verify_checkpoint,
     verify_export,
 )
-from srpo.train.report import write_report
+from srpo.record.report import write_report
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = str(REPO / "srpo" / "presets" / "smoke.yaml")

@@ -1,4 +1,4 @@
-"""Drift warnings (srpo.train.drift): the first step a training cut share or top-answer share
+"""Drift warnings (srpo.record.drift): the first step a training cut share or top-answer share
 reaches its threshold after starting below it, once per kind; the console line; the report's
 copy recomputed from metrics.jsonl; the rollout metric they read."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from srpo.record.drift import CUT_SHARE_WARN, TOP_ANSWER_WARN, DriftWatch, drift_warnings
 from srpo.rollout.runner import rollout_metrics
-from srpo.train.drift import CUT_SHARE_WARN, TOP_ANSWER_WARN, DriftWatch, drift_warnings
 from srpo.types import ActiveSet, Episode, Member, Task
 
 
@@ -53,7 +53,7 @@ def test_rollout_metrics_give_the_top_answer_share_of_the_episodes():
 def test_a_collapse_to_empty_outputs_warns():
     """chain_sum seed 0 of the untuned benchmark (2026-12-06): empty outputs 0 -> 46% of 216 by
     step 15; the warning fires at the first step at or past 25%."""
-    from srpo.train.drift import EMPTY_SHARE_WARN
+    from srpo.record.drift import EMPTY_SHARE_WARN
 
     rs = [{"step": i + 1, "loss": 0.0, "rollout/members/empty_share": v}
           for i, v in enumerate([0.0, 0.005, 0.03, 0.12, 0.54, 0.46])]

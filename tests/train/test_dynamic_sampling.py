@@ -14,6 +14,7 @@ from srpo.config import load_config
 from srpo.objective import prepare_step
 from srpo.objective.methods import informative_sets
 from srpo.train.trainer import Trainer
+from srpo.train.update import skipped_sets
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = str(REPO / "srpo" / "presets" / "smoke.yaml")
@@ -33,11 +34,11 @@ def _informative_task_count(trainer: Trainer, episodes) -> int:
 
 def test_dynamic_sampling_keeps_only_informative_tasks_and_counts_what_it_dropped(tmp_path):
     plain = _trainer(tmp_path / "plain")
-    first = plain.rollout(0)
+    first = plain.sampler.rollout(0)
     assert _informative_task_count(plain, first) < 4  # the step's own draw is not enough
 
     trainer = _trainer(tmp_path / "dynamic", "train.dynamic_sampling=true", "train.dynamic_sampling_max_draws=4")
-    step = trainer.rollout_step(0)
+    step = trainer.sampler.rollout_step(0)
     kept, generated, m = step.episodes, step.generated, step.metrics
     kept_tasks = list(dict.fromkeys(e.task.task_id for e in kept))
     assert len(kept_tasks) == m["rollout/dynamic/informative_tasks"] == 4
@@ -56,7 +57,7 @@ def test_dynamic_sampling_keeps_only_informative_tasks_and_counts_what_it_droppe
 
 def test_the_draw_cap_bounds_the_rollouts_and_the_run_logs_the_budget(tmp_path):
     trainer = _trainer(tmp_path, "train.dynamic_sampling=true", "train.dynamic_sampling_max_draws=1")
-    step = trainer.rollout_step(0)
+    step = trainer.sampler.rollout_step(0)
     kept, generated, m = step.episodes, step.generated, step.metrics
     assert m["rollout/dynamic/draws"] == 1 and len(generated) == 8
     assert m["rollout/dynamic/informative_tasks"] < 4  # the cap stopped it short
@@ -84,7 +85,7 @@ def test_drawing_at_once_rolls_out_every_draw_in_one_rollout_and_keeps_in_draw_o
     calls = []
     rollout = trainer.sampler.rollout
     trainer.sampler.rollout = lambda step, tasks=None, draw=0: calls.append(tasks) or rollout(step, tasks, draw)
-    step = trainer.rollout_step(0)
+    step = trainer.sampler.rollout_step(0)
     kept, generated, m = step.episodes, step.generated, step.metrics
     assert len(calls) == 1 and len(calls[0]) == 12  # 3 draws of 4 tasks, one rollout
     assert m["rollout/dynamic/draws"] == 3 and len(generated) == 24
@@ -135,7 +136,7 @@ def test_short_steps_setting_is_checked(tmp_path):
     assert not cfg.train.dynamic_sampling and cfg.train.dynamic_sampling_short_steps == "scaled"
     assert load_config(None, [f"output_dir={tmp_path}"]).train.dynamic_sampling_short_steps == "scaled"
     plain = Trainer(cfg.model_copy(update={"output_dir": str(tmp_path / "plain")}))
-    assert plain.rollout_step(0).loss_scale == 1.0
+    assert plain.sampler.rollout_step(0).loss_scale == 1.0
 
 
 def test_a_short_step_scaled_makes_the_update_its_share_of_the_plan(tmp_path):
@@ -148,13 +149,13 @@ def test_a_short_step_scaled_makes_the_update_its_share_of_the_plan(tmp_path):
     for mode in ("full", "scaled"):
         trainer = _trainer(tmp_path / mode, "train.dynamic_sampling=true", "train.dynamic_sampling_max_draws=1",
                            f"train.dynamic_sampling_short_steps={mode}", "train.grad_clip=0")
-        step = trainer.rollout_step(0)
+        step = trainer.sampler.rollout_step(0)
         k = step.metrics["rollout/dynamic/informative_tasks"]
         assert 0 < k < 4
         assert step.metrics["rollout/dynamic/loss_scale"] == step.loss_scale == (1.0 if mode == "full" else k / 4)
         batch, _ = step.prepared or prepare_step(trainer.spec, build_flat_batch(step.episodes, trainer.pad_id), None)
-        skipped = trainer._skipped_sets(batch).tolist()
-        old, ref, _ = trainer.old_and_ref_logprobs(batch, [s for s in range(batch.num_sets) if not skipped[s]])
+        skipped = skipped_sets(batch, trainer.cfg.train).tolist()
+        old, ref, _ = trainer.updater.old_and_ref_logprobs(batch, [s for s in range(batch.num_sets) if not skipped[s]])
         batch = dataclasses.replace(batch, old_logprobs=old, ref_logprobs=ref)
         captured: list[torch.Tensor] = []
 
@@ -177,14 +178,14 @@ def test_extra_draws_follow_the_at_once_draws_only_while_a_step_is_short(tmp_pat
     the tasks are those the sequential mode draws, never one twice."""
     at_once = ["train.dynamic_sampling=true", "train.dynamic_sampling_at_once=true",
                "train.dynamic_sampling_max_draws=1"]
-    short = _trainer(tmp_path / "short", *at_once).rollout_step(0)
+    short = _trainer(tmp_path / "short", *at_once).sampler.rollout_step(0)
     assert short.metrics["rollout/dynamic/draws"] == 1 and short.metrics["rollout/dynamic/informative_tasks"] < 4
 
     trainer = _trainer(tmp_path / "extra", *at_once, "train.dynamic_sampling_extra_draws=3")
     calls = []
     rollout = trainer.sampler.rollout
     trainer.sampler.rollout = lambda step, tasks=None, draw=0: calls.append((draw, tasks)) or rollout(step, tasks, draw)
-    step = trainer.rollout_step(0)
+    step = trainer.sampler.rollout_step(0)
     m = step.metrics
     n = int(m["rollout/dynamic/draws"])
     assert 2 <= n <= 4 and len(calls) == n and [d for d, _ in calls] == list(range(n))

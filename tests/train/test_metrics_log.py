@@ -1,4 +1,4 @@
-"""Tests of srpo.train.metrics_log: the JSONL record, resume truncation, kills, NaN, TensorBoard."""
+"""Tests of srpo.record.metrics_log: the JSONL record, resume truncation, kills, NaN, TensorBoard."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from srpo.train.metrics_log import MetricsLogger, read_metrics
+from srpo.record.metrics_log import MetricsLogger, read_metrics
 
 
 def test_one_line_per_log_flushed_and_typed(tmp_path):

@@ -1,4 +1,4 @@
-"""Tests of srpo.train.plots on synthetic metrics logs."""
+"""Tests of srpo.record.plots on synthetic metrics logs."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from srpo.train.metrics_log import MetricsLogger
-from srpo.train.plots import plot_run, plot_runs
+from srpo.record.metrics_log import MetricsLogger
+from srpo.record.plots import plot_run, plot_runs
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from srpo.train.progress import RunProgress, bars_wanted, eta_seconds
+from srpo.record.progress import RunProgress, bars_wanted, eta_seconds
 
 
 class _Tty(io.StringIO):

@@ -18,7 +18,7 @@ import pytest
 
 from srpo.cli import main
 from srpo.config import load_config
-from srpo.train.checkpoint import (
+from srpo.record.checkpoint import (
     STATE_FILE,
     CorruptCheckpointError,
     list_checkpoints,
@@ -61,7 +61,7 @@ class _RunsCode:
 
 def _rehash(ckpt: Path) -> None:
     """Recompute the stored sha256 of every file, as whoever crafted a file can."""
-    from srpo.train.checkpoint import _sha256
+    from srpo.record.checkpoint import _sha256
 
     meta = json.loads((ckpt / STATE_FILE).read_text())
     meta["files"] = {name: _sha256(ckpt / name) for name in meta["files"]}
@@ -81,7 +81,7 @@ def test_a_crafted_checkpoint_file_is_refused_and_runs_nothing(tmp_path, capsys)
     trainer = Trainer(load_config(SMOKE, [f"output_dir={run}", *QUIET, "train.steps=2", "eval.size=0",
                                           "checkpoint.export=false", "resume=true"]))
     with pytest.raises(CorruptCheckpointError) as err:
-        load_checkpoint(ckpt, trainer._state())
+        load_checkpoint(ckpt, trainer.checkpoint_state())
     assert not marker.exists()
     # what it is (not a file srpo wrote), and never torch's advice to load it with weights_only=False
     assert (f"{optim} is not a checkpoint file srpo wrote: it holds more than tensors and plain containers "

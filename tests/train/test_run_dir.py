@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from srpo.config import load_config
-from srpo.train.run_dir import LOCK_FILE, RunDirectoryBusy, RunLock, check_config_file, write_config
+from srpo.record.run_dir import LOCK_FILE, RunDirectoryBusy, RunLock, check_config_file, write_config
 from srpo.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -147,8 +147,8 @@ def test_a_config_srpo_wrote_is_rewritten_on_resume(tmp_path):
 
 
 def test_a_report_that_cannot_be_made_does_not_fail_a_finished_run(tmp_path, monkeypatch, capsys):
-    import srpo.train.report as report
-    from srpo.train.report import ReportError
+    import srpo.record.report as report
+    from srpo.record.report import ReportError
 
     def damaged(run_dir):
         raise ReportError(f"{run_dir}/episodes/step-000001.jsonl.gz is not a readable gzip JSONL file")
@@ -180,7 +180,7 @@ def test_a_lock_file_removed_between_open_and_lock_is_retried(tmp_path, monkeypa
     takes the file now at the path instead, and a third process is refused."""
     import fcntl
 
-    import srpo.train.run_dir as run_dir_module
+    import srpo.record.run_dir as run_dir_module
 
     run = tmp_path / "r"
     run.mkdir()
@@ -204,7 +204,7 @@ def test_a_lock_file_removed_between_open_and_lock_is_retried(tmp_path, monkeypa
 
 
 def test_config_differences_names_changed_added_and_removed_fields_but_not_resumable_ones():
-    from srpo.train.run_identity import config_differences
+    from srpo.record.run_identity import config_differences
 
     before = {"train": {"lr": 1e-3, "steps": 4, "epochs": 1}, "output_dir": "a", "eval": {"size": 8},
               "workflow": {"params": {"k": 2}}}

@@ -16,6 +16,7 @@ from srpo.objective import logprobs as logprobs_module
 from srpo.objective.methods import informative_sets
 from srpo.train import update as update_module
 from srpo.train.trainer import Trainer
+from srpo.train.update import skipped_sets
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = str(REPO / "srpo" / "presets" / "smoke.yaml")
@@ -35,10 +36,10 @@ def _one_update(tmp_path: Path, method: str, reduction: str | None, skip: bool, 
     grads: list[torch.Tensor] = []  # the gradient each optimizer step applies (after clipping)
     trainer.optimizers["shared"].register_step_pre_hook(
         lambda *_: grads.append(torch.cat([p.grad.flatten() for p in trainer.params["shared"]]).clone()))
-    batch = build_flat_batch(trainer.rollout(0), trainer.pad_id)
+    batch = build_flat_batch(trainer.sampler.rollout(0), trainer.pad_id)
     batch, _ = prepare_step(trainer.spec, batch, None)
-    skipped = trainer._skipped_sets(batch)
-    old, ref, _ = trainer.old_and_ref_logprobs(batch, [s for s in range(batch.num_sets) if not skipped[s]])
+    skipped = skipped_sets(batch, trainer.cfg.train)
+    old, ref, _ = trainer.updater.old_and_ref_logprobs(batch, [s for s in range(batch.num_sets) if not skipped[s]])
     batch.old_logprobs, batch.ref_logprobs = old, ref
     metrics = trainer.update(batch)
     return grads, metrics, float(skipped.float().mean())
@@ -87,9 +88,9 @@ def test_nothing_is_skipped_with_a_kl_or_entropy_term(tmp_path):
         cfg = load_config(SMOKE, [f"output_dir={tmp_path / extra}", *QUIET, extra, "group_size=3",
                                   "train.tasks_per_step=8"])
         trainer = Trainer(cfg)
-        batch, _ = prepare_step(trainer.spec, build_flat_batch(trainer.rollout(0), trainer.pad_id), None)
+        batch, _ = prepare_step(trainer.spec, build_flat_batch(trainer.sampler.rollout(0), trainer.pad_id), None)
         assert not bool(informative_sets(batch).all())  # there are zero-advantage sets...
-        assert not bool(trainer._skipped_sets(batch).any())  # ...and none is skipped
+        assert not bool(skipped_sets(batch, trainer.cfg.train).any())  # ...and none is skipped
 
 
 def test_activation_checkpointing_gives_the_same_gradients(tmp_path):

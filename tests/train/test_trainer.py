@@ -85,7 +85,7 @@ def test_resume_equals_uninterrupted_run(tmp_path):
 
 KILL_SCRIPT = textwrap.dedent("""
     import sys, time
-    import srpo.train.checkpoint as ck
+    import srpo.record.checkpoint as ck
     from srpo.config import load_config
     from srpo.train.trainer import Trainer
 
@@ -175,7 +175,7 @@ def test_lora_adapter_per_role_trains_both_and_eval_reads_the_export(tmp_path, c
 
 def test_eval_out_writes_the_episodes_beside_the_result(tmp_path, capsys):
     from srpo.cli.train import eval_episodes_path
-    from srpo.train.episodes_log import read_records
+    from srpo.record.episodes_log import read_records
 
     out = tmp_path / "eval" / "base.json"
     assert eval_episodes_path(out) == tmp_path / "eval" / "base.episodes.jsonl.gz"

@@ -21,9 +21,9 @@ import srpo
 from srpo.batch import build_flat_batch, split_sets
 from srpo.config import load_config, to_dict
 from srpo.objective import REDUCTIONS, get_method, method_policy_loss, prepare_step
+from srpo.record.run_identity import RESUMABLE_FIELDS, result_fingerprint, resume_fingerprint
 from srpo.train import trainer as trainer_module
 from srpo.train import update as update_module
-from srpo.train.run_identity import RESUMABLE_FIELDS, result_fingerprint, resume_fingerprint
 from srpo.train.trainer import Trainer, check_minibatches, combine_micro_batches, mean_over_steps
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,8 +40,8 @@ def _old_vs_sampled(cfg_overrides: list[str], tmp_path: Path):
     """One rollout of the trainer, then its old-log-prob pass (epochs=2 makes it off-policy)."""
     cfg = load_config(SMOKE, [f"output_dir={tmp_path}", *QUIET, "train.epochs=2", *cfg_overrides])
     trainer = Trainer(cfg)
-    batch = build_flat_batch(trainer.rollout(0), trainer.pad_id)
-    old, _, diag = trainer.old_and_ref_logprobs(batch)
+    batch = build_flat_batch(trainer.sampler.rollout(0), trainer.pad_id)
+    old, _, diag = trainer.updater.old_and_ref_logprobs(batch)
     return batch, old, diag
 
 
@@ -61,8 +61,8 @@ def test_the_reference_and_entropy_use_the_members_temperature_too(tmp_path):
     step 0 the policy is the reference, so they equal the sampler's log-probs."""
     cfg = load_config(SMOKE, [f"output_dir={tmp_path}", *QUIET, "train.kl_beta=0.1", *TWO_TEMPERATURES])
     trainer = Trainer(cfg)
-    batch = build_flat_batch(trainer.rollout(0), trainer.pad_id)
-    _, ref, _ = trainer.old_and_ref_logprobs(batch)
+    batch = build_flat_batch(trainer.sampler.rollout(0), trainer.pad_id)
+    _, ref, _ = trainer.updater.old_and_ref_logprobs(batch)
     mask = batch.response_mask
     torch.testing.assert_close(ref[mask], batch.sampling_logprobs[mask], rtol=0, atol=2e-4)
 
@@ -242,8 +242,8 @@ def test_advantages_stay_per_set_and_weights_belong_to_the_optimizer_step():
 
 def test_evaluation_accepts_a_reward_function_returning_a_plain_number():
     from srpo.models import build_byte_tokenizer
+    from srpo.record.evaluate import evaluate
     from srpo.rollout import AgentSpec, PolicySet, RolloutRunner, ScriptedBackend
-    from srpo.train.evaluate import evaluate
     from srpo.types import Task
     from srpo.workflows import build_workflow
 
@@ -267,9 +267,9 @@ def test_evaluation_reports_how_often_the_most_common_answer_was_given():
     # a policy that answers "1" to everything (as one trained on gcd did) is flagged; the share
     # counts every held-out task, and a reward that records no extracted answer gives None
     from srpo.models import build_byte_tokenizer
+    from srpo.record.evaluate import CONSTANT_ANSWER_SHARE, evaluate
     from srpo.rollout import AgentSpec, PolicySet, RolloutRunner, ScriptedBackend
     from srpo.tasks.math.rewards import MathReward
-    from srpo.train.evaluate import CONSTANT_ANSWER_SHARE, evaluate
     from srpo.types import Task
     from srpo.workflows import build_workflow
 
@@ -337,8 +337,8 @@ def test_smollm2_old_logprobs_equal_the_samplers_at_two_temperatures(tmp_path):
         ],
     )
     trainer = Trainer(cfg)
-    batch = build_flat_batch(trainer.rollout(0), trainer.pad_id)
-    old, _, diag = trainer.old_and_ref_logprobs(batch)
+    batch = build_flat_batch(trainer.sampler.rollout(0), trainer.pad_id)
+    old, _, diag = trainer.updater.old_and_ref_logprobs(batch)
     assert set(batch.member_temperature) == {0.7, 1.3}
     mask = batch.response_mask
     torch.testing.assert_close(old[mask], batch.sampling_logprobs[mask], rtol=0, atol=2e-3)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from srpo.disk import atomic_write_text
-from srpo.train.report import REPORT_FILE
+from srpo.record.report import REPORT_FILE
 
 _STYLE = """body{font:14px/1.4 system-ui,sans-serif;margin:16px;color:#1d2430}
 table{border-collapse:collapse}th,td{border-bottom:1px solid #e6e9ee;padding:3px 10px;text-align:left}

@@ -33,8 +33,8 @@ import yaml
 
 from srpo.config import to_dict
 from srpo.jsonl import loads_lines
-from srpo.train.checkpoint import config_fingerprint, latest_checkpoint
-from srpo.train.run_identity import result_fingerprint
+from srpo.record.checkpoint import config_fingerprint, latest_checkpoint
+from srpo.record.run_identity import result_fingerprint
 from srpo_lab.study.plan import Cell, is_done, plan_cells, record_path
 from srpo_lab.study.records import code_version
 from srpo_lab.study.records import read_json as _read_json

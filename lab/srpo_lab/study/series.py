@@ -73,7 +73,7 @@ def run_series_cell(spec: StudySpec, cell, scratch: Path | None = None) -> dict[
     """Trains one cell in this process, writes its record (atomically) and returns it. The run
     folder is temporary: made under `scratch` (default: a fresh temporary folder), then deleted."""
     from srpo.config.loading import check_environment
-    from srpo.train.checkpoint import config_fingerprint
+    from srpo.record.checkpoint import config_fingerprint
     from srpo.train.trainer import Trainer
 
     own_scratch = scratch is None

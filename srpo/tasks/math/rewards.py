@@ -96,7 +96,7 @@ class MathReward:
     Stateless and thread-safe: call it from several rollout workers at once.
     """
 
-    success_component = "correct"  # what evaluation counts as solved (srpo.train.evaluate)
+    success_component = "correct"  # what evaluation counts as solved (srpo.record.evaluate)
 
     def __init__(
         self,

@@ -91,7 +91,7 @@ class SearchRewardResult:
 class SearchReward:
     """Exact match, token F1 and format of a search answer against task.answer (+ aliases)."""
 
-    success_component = "em"  # what evaluation counts as solved (srpo.train.evaluate)
+    success_component = "em"  # what evaluation counts as solved (srpo.record.evaluate)
 
     def __init__(self, em_weight: float = 1.0, f1_weight: float = 0.0,
                  format_weight: float = 0.1, plain_text_fallback: bool = False,

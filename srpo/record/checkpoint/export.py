@@ -15,9 +15,9 @@ from typing import Any
 import torch
 
 from srpo.disk import DiskFullError, disk_full_errno, refuse_symlink, writing
-from srpo.train.checkpoint.durable import _fsync_dir, _fsync_file, _retire, _sha256, _write_text
-from srpo.train.checkpoint.layout import EXPORT_MANIFEST
-from srpo.train.checkpoint.state import _peft_adapters
+from srpo.record.checkpoint.durable import _fsync_dir, _fsync_file, _retire, _sha256, _write_text
+from srpo.record.checkpoint.layout import EXPORT_MANIFEST
+from srpo.record.checkpoint.state import _peft_adapters
 
 
 def export_policy(

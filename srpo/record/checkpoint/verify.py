@@ -23,13 +23,13 @@ import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
 
-from srpo.train.checkpoint.durable import _sha256
-from srpo.train.checkpoint.errors import (
+from srpo.record.checkpoint.durable import _sha256
+from srpo.record.checkpoint.errors import (
     CheckpointError,
     CheckpointMismatchError,
     CorruptCheckpointError,
 )
-from srpo.train.checkpoint.layout import (
+from srpo.record.checkpoint.layout import (
     _ADAPTER_SEP,
     _STEP_DIR,
     CHECKPOINTS_DIR,
@@ -38,7 +38,7 @@ from srpo.train.checkpoint.layout import (
     STATE_FILE,
     latest_checkpoint,
 )
-from srpo.train.checkpoint.state import _adapter_state, _peft_adapters
+from srpo.record.checkpoint.state import _adapter_state, _peft_adapters
 
 
 def verify_checkpoint(ckpt: str | Path) -> dict[str, Any]:

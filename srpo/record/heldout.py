@@ -7,14 +7,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from srpo.record import episodes_log
+from srpo.record.evaluate import EvalResult, evaluate, write_eval_json
+from srpo.record.progress import RunProgress
 from srpo.rollout.policies import PolicySet
-from srpo.train import episodes_log
-from srpo.train.evaluate import EvalResult, evaluate, write_eval_json
-from srpo.train.progress import RunProgress
 from srpo.types import Task
 
 
@@ -40,3 +42,22 @@ def evaluate_run(runner, workflow, policies: PolicySet, tasks: Sequence[Task], *
         run_dir / "eval" / f"{name}.episodes.jsonl.gz",
         episodes_log.episode_records(episodes, step=step, prompt_text=episodes_log.prompt_decoder(policies)))
     return result
+
+
+@dataclass
+class Heldout:
+    """What a run evaluates on and with: the runner and workflow of its rollouts, its policies,
+    the held-out tasks, the evaluation's seed, what counts as solved, tasks rolled out together."""
+
+    runner: Any
+    workflow: Any
+    policies: PolicySet
+    tasks: Sequence[Task]
+    seed: int
+    success_component: str | None
+    batch_tasks: int | None
+
+    def evaluate(self, label: str, step: int, run_dir: Path, progress: RunProgress) -> EvalResult:
+        return evaluate_run(self.runner, self.workflow, self.policies, self.tasks, label=label, step=step,
+                            seed=self.seed, success_component=self.success_component,
+                            batch_tasks=self.batch_tasks, run_dir=run_dir, progress=progress)

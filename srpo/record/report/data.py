@@ -3,7 +3,7 @@
     data = collect_run("runs/smoke")     # ReportError naming the file when something is missing or damaged
 
 Reads RUN/config.yaml, RUN/metrics.jsonl, RUN/episodes/step-*.jsonl.gz, RUN/eval/<label>.json and
-RUN/eval/<label>.episodes.jsonl.gz. Nothing here renders; srpo.train.report.render turns the dict into HTML.
+RUN/eval/<label>.episodes.jsonl.gz. Nothing here renders; srpo.record.report.render turns the dict into HTML.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 
 from srpo.config.errors import ConfigError
 from srpo.config.yaml_reader import load_yaml, read_config_text
-from srpo.train import episodes_log
-from srpo.train.accuracy import paired_comparison
-from srpo.train.drift import drift_warnings
-from srpo.train.metrics_log import read_metrics
+from srpo.record import episodes_log
+from srpo.record.accuracy import paired_comparison
+from srpo.record.drift import drift_warnings
+from srpo.record.metrics_log import read_metrics
 
 
 class ReportError(ValueError):
@@ -41,7 +41,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _eval_record(path: Path) -> dict[str, Any]:
-    """RUN/eval/<label>.json, its shape checked (what srpo.train.evaluate writes): `task_ids`
+    """RUN/eval/<label>.json, its shape checked (what srpo.record.evaluate writes): `task_ids`
     (text) and `correct` (true / false) of one length, `step` a number or absent; a file of
     another shape is a ReportError naming it and the field, not a KeyError later."""
     data = _read_json(path)
@@ -193,7 +193,7 @@ def collect_run(run_dir: str | Path) -> dict[str, Any]:
         "config": cfg,
         "budget": _budget(cfg, train),
         "metrics": _series(train),
-        # drifts the console warned about, recomputed from the whole log (srpo.train.drift)
+        # drifts the console warned about, recomputed from the whole log (srpo.record.drift)
         "warnings": [w.line() for w in drift_warnings(train)],
         "eval_rows": [{k: _finite(v) for k, v in r.items()} for r in evals],
         "evaluation": _evaluation(run),

@@ -20,7 +20,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from srpo.train.checkpoint import config_fingerprint
+from srpo.record.checkpoint import config_fingerprint
 
 LOCATION_FIELDS: tuple[str, ...] = ("output_dir", "resume")
 RESUMABLE_FIELDS: tuple[str, ...] = LOCATION_FIELDS + (

@@ -46,7 +46,7 @@ import yaml
 from srpo.config.errors import ConfigError
 from srpo.config.yaml_reader import load_yaml, read_config_text
 from srpo.disk import atomic_write_text, no_follow_opener, refuse_symlink
-from srpo.train.checkpoint import (
+from srpo.record.checkpoint import (
     STATE_FILE,
     CheckpointError,
     CorruptCheckpointError,
@@ -232,7 +232,7 @@ def resume_checkpoint(run_dir: Path, *, resume: bool, fingerprint: str, resumabl
                 f"choose another output_dir"
             )
         return None
-    from srpo.train.metrics_log import check_metrics_file
+    from srpo.record.metrics_log import check_metrics_file
 
     check_metrics_file(run_dir)  # a damaged line, refused before any work (not when appending)
     ckpt = latest_checkpoint(run_dir)
@@ -265,7 +265,7 @@ def _check_data_state(ckpt: Path, data_state: dict[str, Any]) -> None:
 
 def _differences_line(run_dir: Path, config: dict[str, Any] | None, skip: tuple[str, ...]) -> str:
     """ ", differing in: a: x -> y, ..." against the run's config.yaml, or "" when that cannot be said."""
-    from srpo.train.run_identity import config_differences
+    from srpo.record.run_identity import config_differences
 
     path = run_dir / CONFIG_FILE
     if config is None or not path.is_file():
@@ -287,7 +287,7 @@ def rewind_logs(run_dir: Path, logger: Any, step: int, checkpoint: Path | None, 
     """Drops what a resumed run logged after its checkpoint at `step` (the lines of later steps,
     and a final evaluation logged after it: they are redone), or, with no checkpoint, all of
     it (the run starts over at step 0). logger: the run's MetricsLogger. Returns the line to print."""
-    from srpo.train import episodes_log
+    from srpo.record import episodes_log
 
     if checkpoint is not None:
         logger.resume(step, logged_after_checkpoint=lambda row: "loss" not in row)

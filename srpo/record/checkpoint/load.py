@@ -5,7 +5,7 @@ Exact resumption. Weights, optimizer and scheduler states and the global RNGs (p
 torch CPU and CUDA) are restored in place; the trainer's data position travels as an opaque
 JSON dict. A run of 2 steps, killed, resumed for 2 more then equals a run of 4 steps, provided
 the trainer draws its randomness from those global generators (or keeps any private generator's
-state in `data_state`). Every check (srpo.train.checkpoint.verify) runs before any object is
+state in `data_state`). Every check (srpo.record.checkpoint.verify) runs before any object is
 modified.
 """
 
@@ -21,11 +21,11 @@ import torch
 from safetensors.torch import load_file, load_model
 
 from srpo import __version__
-from srpo.train.checkpoint.errors import CheckpointMismatchError, CorruptCheckpointError
-from srpo.train.checkpoint.layout import _ADAPTER_SEP, _STEP_DIR, CHECKPOINTS_DIR, RNG_FILE
-from srpo.train.checkpoint.recovery import corrupt_checkpoint_message
-from srpo.train.checkpoint.state import TrainState, _peft_adapters, _set_rng_state
-from srpo.train.checkpoint.verify import (
+from srpo.record.checkpoint.errors import CheckpointMismatchError, CorruptCheckpointError
+from srpo.record.checkpoint.layout import _ADAPTER_SEP, _STEP_DIR, CHECKPOINTS_DIR, RNG_FILE
+from srpo.record.checkpoint.recovery import corrupt_checkpoint_message
+from srpo.record.checkpoint.state import TrainState, _peft_adapters, _set_rng_state
+from srpo.record.checkpoint.verify import (
     _check_files,
     _check_names,
     _check_optim_payload,

@@ -27,7 +27,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from srpo.disk import atomic_write_bytes, refuse_symlink
-from srpo.train.metrics_log import read_metrics
+from srpo.record.metrics_log import read_metrics
 
 PLOTS_DIR = "plots"
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from srpo.train.checkpoint.errors import CheckpointError
-from srpo.train.checkpoint.layout import _step_of, latest_checkpoint, list_checkpoints
-from srpo.train.checkpoint.verify import verify_checkpoint
+from srpo.record.checkpoint.errors import CheckpointError
+from srpo.record.checkpoint.layout import _step_of, latest_checkpoint, list_checkpoints
+from srpo.record.checkpoint.verify import verify_checkpoint
 
 
 def newest_intact_checkpoint(run_dir: str | Path, *, below_step: int | None = None) -> Path | None:

@@ -13,7 +13,7 @@
       .tmp-step-N-<pid>/           a checkpoint being written (debris if its writer died)
       .trash-step-N-<pid>/         a checkpoint being deleted (debris likewise)
 
-An exported policy folder (srpo.train.checkpoint.export) is a plain Hugging Face folder plus
+An exported policy folder (srpo.record.checkpoint.export) is a plain Hugging Face folder plus
 srpo_export.json, {"files": {relative path: sha256}}.
 
 A checkpoint is complete when its directory is named step-N and holds trainer_state.json;

@@ -9,7 +9,7 @@ then deleted) only after the new one and the pointer are in place. One writer pe
 
 A full disk: the temporary directory is removed (a checkpoint published before its pointer could
 be written is retired again), and the DiskFullError names the file under the name it would have
-had (`step-N/<file>`) and what is left intact (srpo.train.checkpoint.recovery.disk_full_hint).
+had (`step-N/<file>`) and what is left intact (srpo.record.checkpoint.recovery.disk_full_hint).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from safetensors.torch import save_file, save_model
 
 from srpo import __version__
 from srpo.disk import DiskFullError, atomic_write_text, writing
-from srpo.train.checkpoint.durable import (
+from srpo.record.checkpoint.durable import (
     _fsync_dir,
     _fsync_file,
     _retire,
@@ -34,7 +34,7 @@ from srpo.train.checkpoint.durable import (
     _torch_save,
     _write_text,
 )
-from srpo.train.checkpoint.layout import (
+from srpo.record.checkpoint.layout import (
     _ADAPTER_SEP,
     CHECKPOINTS_DIR,
     FORMAT_VERSION,
@@ -44,8 +44,8 @@ from srpo.train.checkpoint.layout import (
     _step_of,
     list_checkpoints,
 )
-from srpo.train.checkpoint.recovery import disk_full_hint
-from srpo.train.checkpoint.state import (
+from srpo.record.checkpoint.recovery import disk_full_hint
+from srpo.record.checkpoint.state import (
     TrainState,
     _adapter_state,
     _peft_adapters,

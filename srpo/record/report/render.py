@@ -18,7 +18,7 @@ _MARKERS = ("/*TITLE*/", "/*CSS*/", "/*PLOTLY*/", "/*DATA*/", "/*APP*/")
 
 
 def _asset(name: str) -> str:
-    return resources.files("srpo.train.report").joinpath("assets", name).read_text(encoding="utf-8")
+    return resources.files("srpo.record.report").joinpath("assets", name).read_text(encoding="utf-8")
 
 
 def _script_safe(text: str, what: str) -> str:

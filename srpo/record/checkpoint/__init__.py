@@ -43,7 +43,7 @@ import types
 from typing import Any
 
 from srpo.disk import DiskFullError
-from srpo.train.checkpoint import (
+from srpo.record.checkpoint import (
     durable,
     errors,
     export,
@@ -54,13 +54,13 @@ from srpo.train.checkpoint import (
     state,
     verify,
 )
-from srpo.train.checkpoint.errors import (
+from srpo.record.checkpoint.errors import (
     CheckpointError,
     CheckpointMismatchError,
     CorruptCheckpointError,
 )
-from srpo.train.checkpoint.export import export_policy
-from srpo.train.checkpoint.layout import (
+from srpo.record.checkpoint.export import export_policy
+from srpo.record.checkpoint.layout import (
     CHECKPOINTS_DIR,
     EXPORT_MANIFEST,
     FORMAT_VERSION,
@@ -70,15 +70,15 @@ from srpo.train.checkpoint.layout import (
     latest_checkpoint,
     list_checkpoints,
 )
-from srpo.train.checkpoint.load import load_checkpoint, load_checkpoint_policies
-from srpo.train.checkpoint.recovery import (
+from srpo.record.checkpoint.load import load_checkpoint, load_checkpoint_policies
+from srpo.record.checkpoint.recovery import (
     corrupt_checkpoint_message,
     disk_full_hint,
     newest_intact_checkpoint,
 )
-from srpo.train.checkpoint.save import save_checkpoint
-from srpo.train.checkpoint.state import TrainState, config_fingerprint
-from srpo.train.checkpoint.verify import (
+from srpo.record.checkpoint.save import save_checkpoint
+from srpo.record.checkpoint.state import TrainState, config_fingerprint
+from srpo.record.checkpoint.verify import (
     check_safetensors_header,
     verify_checkpoint,
     verify_export,

@@ -20,8 +20,8 @@ from typing import Any
 import torch
 
 from srpo.disk import atomic_write_text
+from srpo.record.accuracy import Interval, wilson_interval
 from srpo.rollout.runner import RolloutRunner
-from srpo.train.accuracy import Interval, wilson_interval
 from srpo.types import Episode, Task
 from srpo.workflows.base import Workflow, normalize_reward
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from srpo.train.progress import Bar
+from srpo.record.progress import Bar
 
 
 class PhaseTimer:
@@ -72,7 +72,7 @@ class MicroBatchCounter:
 def write_report_or_say_why(run_dir: Path) -> None:
     """RUN/report.html. A run directory the report cannot read (a file damaged after it was
     written) does not undo a finished run: one line says why, and `srpo report RUN` retries."""
-    from srpo.train.report import ReportError, write_report
+    from srpo.record.report import ReportError, write_report
 
     try:
         print(f"report: {write_report(run_dir)}", flush=True)

@@ -16,7 +16,7 @@ A warning fires the first step a share reaches its threshold after having starte
 not a drift), once per kind per run:
 
     CUT_SHARE_WARN = 0.75       three answers in four cut
-    TOP_ANSWER_WARN = 0.5       the held-out evaluation's own flag (srpo.train.evaluate)
+    TOP_ANSWER_WARN = 0.5       the held-out evaluation's own flag (srpo.record.evaluate)
     EMPTY_SHARE_WARN = 0.25     one output in four empty
 
 The trainer prints each warning as one line on the console (after a resume its watch starts

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from srpo.train.checkpoint.layout import _NAME
+from srpo.record.checkpoint.layout import _NAME
 
 
 @dataclass
@@ -47,7 +47,7 @@ class TrainState:
 def config_fingerprint(resolved_config: Mapping[str, Any]) -> str:
     """sha256 of the canonical JSON of a resolved config (sorted keys; values must be JSON-able).
 
-    Which fields to leave out before hashing is decided in one place, srpo.train.run_identity
+    Which fields to leave out before hashing is decided in one place, srpo.record.run_identity
     (resume_fingerprint for checkpoints, result_fingerprint for finished study cells).
     """
     text = json.dumps(resolved_config, sort_keys=True, separators=(",", ":"), allow_nan=False)

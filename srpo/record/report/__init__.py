@@ -1,13 +1,13 @@
-"""`srpo report RUN_DIR`: one self-contained HTML file of a run (srpo.train.report.data collects,
-srpo.train.report.render writes; srpo_lab.study.page links a study's cells)."""
+"""`srpo report RUN_DIR`: one self-contained HTML file of a run (srpo.record.report.data collects,
+srpo.record.report.render writes; srpo_lab.study.page links a study's cells)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from srpo.disk import DiskFullError, atomic_write_text, writing
-from srpo.train.report.data import ReportError, collect_run
-from srpo.train.report.render import render_html
+from srpo.record.report.data import ReportError, collect_run
+from srpo.record.report.render import render_html
 
 REPORT_FILE = "report.html"
 
