@@ -29,10 +29,10 @@ from pathlib import Path
 
 import torch
 
-from srpo.rollout.engines.hf.processors import InverseCdfSampler
+from srpo.rollout.backends.hf.processors import InverseCdfSampler
 
 ROOT = Path(__file__).resolve().parents[1]
-PROCESSORS = "srpo/rollout/engines/hf/processors.py"
+PROCESSORS = "srpo/rollout/backends/hf/processors.py"
 
 
 def processors_at(commit: str):

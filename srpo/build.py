@@ -1,5 +1,5 @@
-"""From a Config to running objects: models, policies, agents, backend (the engine of
-rollout.backend), runner, tasks.
+"""From a Config to running objects: models, policies, agents, backend (the one
+rollout.backend names), runner, tasks.
 
     runner, workflow = build_rollout(cfg)            # loads the model(s)
     tasks = load_tasks(cfg.task, split="train", limit=8)   # from the task pack of task.name
@@ -14,7 +14,7 @@ from srpo.config import Config, ConfigError, ModelConfig, PoliciesConfig, TaskCo
 from srpo.models.precision import TORCH_DTYPES, resolve_dtype
 from srpo.packs import TaskPack, agent_defaults, get_pack, load_all_packs
 from srpo.rollout.agents import AgentSpec, SamplingParams
-from srpo.rollout.engines import get_engine
+from srpo.rollout.backends import get_backend
 from srpo.rollout.policies import PolicySet
 from srpo.rollout.runner import RolloutRunner
 from srpo.types import Task
@@ -242,9 +242,9 @@ def build_workflow_from(cfg: Config, name: str | None = None) -> Workflow:
 
 
 def build_backend(cfg: Config, policies: PolicySet) -> Any:
-    """The generation backend of the engine rollout.backend names (srpo.rollout.engines), over
-    these policies, built from the config (its own section rollout.<engine>)."""
-    return get_engine(cfg.rollout.backend).build(cfg, policies)
+    """The generation backend rollout.backend names (srpo.rollout.backends), over
+    these policies, built from the config (its own section rollout.<backend>)."""
+    return get_backend(cfg.rollout.backend).build(cfg, policies)
 
 
 def build_rollout(cfg: Config, *, workflow: str | None = None,

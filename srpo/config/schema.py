@@ -28,7 +28,7 @@ from srpo.objective.aggregation import SHORT_STEPS
 from srpo.objective.methods import get_method
 from srpo.packs import get_pack
 from srpo.rollout.agents import SamplingParams
-from srpo.rollout.engines import get_engine, known_engine_names
+from srpo.rollout.backends import get_backend, known_backend_names
 from srpo.rollout.runner import CUT_ANSWERS
 from srpo.types import template_problem
 from srpo.workflows.base import UNCONSUMED
@@ -307,7 +307,7 @@ def _pack_settings(pack: Any, given: dict[str, Any]) -> dict[str, Any]:
     return {name: getattr(settings, name) for name in type(settings).model_fields}
 
 
-_WRAPPERS: dict[Any, type] = {}  # pack settings model or (engine name, settings model) -> wrapper
+_WRAPPERS: dict[Any, type] = {}  # pack settings model or (backend name, settings model) -> wrapper
 
 
 def _settings_wrapper(model: type) -> type:
@@ -319,18 +319,18 @@ def _settings_wrapper(model: type) -> type:
 
 
 class RolloutConfig(_Section):
-    """Generation: the engine (`backend`), what every engine takes, and the engine's own section
-    `rollout.<engine>` (`rollout.hf`, `rollout.ctranslate2`: srpo.rollout.engines), checked by
-    the engine's `settings` model, unset fields taking its defaults (the section is always
-    there once loaded). A section of another engine is an error, not a setting ignored; an
-    override that selects another engine drops the file's section of the old one, as
+    """Generation: the backend (`backend`), what every backend takes, and the backend's own section
+    `rollout.<backend>` (`rollout.hf`, `rollout.ctranslate2`: srpo.rollout.backends), checked by
+    the backend's `settings` model, unset fields taking its defaults (the section is always
+    there once loaded). A section of another backend is an error, not a setting ignored; an
+    override that selects another backend drops the file's section of the old one, as
     `task.name=...` drops the old pack's settings (srpo.config.loading)."""
 
     model_config = ConfigDict(extra="allow", strict=True)
 
-    # the generation engine: "hf" (transformers generate) or "ctranslate2" (CTranslate2, optional
+    # the generation backend: "hf" (transformers generate) or "ctranslate2" (CTranslate2, optional
     # extra srpo[ct2]; converted from the live weights, re-converted after each update), or one
-    # a package adds (srpo.rollout.engines)
+    # a package adds (srpo.rollout.backends)
     backend: str = "hf"
     max_batch_size: int | None = None  # rows per generate call (None = all of a round)
     record_logprobs: bool = True  # keep sampling-time log-probs (mismatch diagnostic)
@@ -342,7 +342,7 @@ class RolloutConfig(_Section):
             for old, new in MOVED_ROLLOUT_KEYS.items():
                 if old in data:
                     raise ConfigError(
-                        f"rollout.{old} is now rollout.{new} (each engine's settings are its own "
+                        f"rollout.{old} is now rollout.{new} (each backend's settings are its own "
                         f"section under rollout): write `rollout: {{{new.split('.')[0]}: "
                         f"{{{new.split('.')[1]}: ...}}}}` or the override rollout.{new}=..."
                     )
@@ -353,38 +353,38 @@ class RolloutConfig(_Section):
         if self.max_batch_size is not None:
             positive("rollout.max_batch_size", self.max_batch_size)
         try:
-            get_engine(self.backend)
+            get_backend(self.backend)
         except ValueError as e:
             raise ConfigError(f"rollout.backend: {e}") from e
         given = dict(self.__pydantic_extra__ or {})
-        unknown = sorted(set(given) - set(known_engine_names()))
+        unknown = sorted(set(given) - set(known_backend_names()))
         if unknown:
-            known = sorted([*type(self).model_fields, *known_engine_names()])
+            known = sorted([*type(self).model_fields, *known_backend_names()])
             close = difflib.get_close_matches(unknown[0], known, n=1)
             hint = f"did you mean 'rollout.{close[0]}'? " if close else ""
             raise ConfigError(f"unknown key(s) {['rollout.' + k for k in unknown]}; {hint}known keys "
-                              f"of rollout (its own and the engines' sections): {known}")
+                              f"of rollout (its own and the backends' sections): {known}")
         other = sorted(set(given) - {self.backend})
         if other:
             raise ConfigError(
-                f"rollout.{other[0]} holds settings of the engine {other[0]!r}, but rollout.backend "
-                f"is {self.backend!r}: remove the section or select that engine"
+                f"rollout.{other[0]} holds settings of the backend {other[0]!r}, but rollout.backend "
+                f"is {self.backend!r}: remove the section or select that backend"
             )
         given.setdefault(self.backend, {})
-        self.__pydantic_extra__ = {self.backend: _engine_settings(get_engine(self.backend),
+        self.__pydantic_extra__ = {self.backend: _backend_settings(get_backend(self.backend),
                                                                   given[self.backend])}
         return self
 
-    def settings_of(self, engine: str) -> Any:
-        """The settings of `engine`, the one rollout.backend selects: its section
-        `rollout.<engine>` (an instance of its settings model, defaults filled in)."""
+    def settings_of(self, backend: str) -> Any:
+        """The settings of `backend`, the one rollout.backend selects: its section
+        `rollout.<backend>` (an instance of its settings model, defaults filled in)."""
         extra = self.__pydantic_extra__ or {}
-        if engine not in extra:
-            raise KeyError(f"rollout.{engine}: no such section (rollout.backend is {self.backend!r})")
-        return extra[engine]
+        if backend not in extra:
+            raise KeyError(f"rollout.{backend}: no such section (rollout.backend is {self.backend!r})")
+        return extra[backend]
 
 
-# keys of rollout that are now a field of an engine's section
+# keys of rollout that are now a field of a backend's section
 MOVED_ROLLOUT_KEYS = {
     "sampler": "hf.sampler",
     "share_prefill": "hf.share_prefill",
@@ -393,28 +393,28 @@ MOVED_ROLLOUT_KEYS = {
 }
 
 
-def _engine_settings(engine: Any, section: Any) -> Any:
-    """An engine's section validated by its settings model (an error names rollout.<engine>.<key>)."""
+def _backend_settings(backend: Any, section: Any) -> Any:
+    """A backend's section validated by its settings model (an error names rollout.<backend>.<key>)."""
     if isinstance(section, BaseModel):
         section = section.model_dump()
     if not isinstance(section, Mapping):
-        raise ConfigError(f"rollout.{engine.name} must be a mapping (the settings of engine "
-                          f"{engine.name!r}), got {section!r}")
-    wrapper = _engine_wrapper(engine)
+        raise ConfigError(f"rollout.{backend.name} must be a mapping (the settings of backend "
+                          f"{backend.name!r}), got {section!r}")
+    wrapper = _backend_wrapper(backend)
     try:
-        return getattr(wrapper.model_validate({"rollout": {engine.name: dict(section)}}).rollout,
-                       engine.name)
+        return getattr(wrapper.model_validate({"rollout": {backend.name: dict(section)}}).rollout,
+                       backend.name)
     except ValidationError as e:
         raise config_error(wrapper, e) from e
 
 
-def _engine_wrapper(engine: Any) -> type:
-    """A model `{rollout: {<engine>: settings}}`: its errors name `rollout.<engine>.<key>`."""
-    key = (engine.name, engine.settings)
+def _backend_wrapper(backend: Any) -> type:
+    """A model `{rollout: {<backend>: settings}}`: its errors name `rollout.<backend>.<key>`."""
+    key = (backend.name, backend.settings)
     if key not in _WRAPPERS:
-        inner = create_model(f"RolloutOf{engine.settings.__name__}", __base__=_Section,
-                             **{engine.name: (engine.settings, ...)})
-        _WRAPPERS[key] = create_model(f"EngineSettingsOf{engine.settings.__name__}",
+        inner = create_model(f"RolloutOf{backend.settings.__name__}", __base__=_Section,
+                             **{backend.name: (backend.settings, ...)})
+        _WRAPPERS[key] = create_model(f"BackendSettingsOf{backend.settings.__name__}",
                                       __base__=_Section, rollout=(inner, ...))
     return _WRAPPERS[key]
 
@@ -592,7 +592,7 @@ class Config(_Section):
     workflow: WorkflowConfig = Field(default_factory=WorkflowConfig)  # what the agents run
     task: TaskConfig = Field(default_factory=TaskConfig)  # tasks and reward
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)  # default sampling
-    rollout: RolloutConfig = Field(default_factory=RolloutConfig)  # generation engine
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)  # generation backend
     group_size: int = 4  # G: rollouts per task (one advantage group; >= 2 to train)
     seed: int = 0  # seeds sampling (torch) and workflow randomness
     device: str = "cpu"  # torch device of the models

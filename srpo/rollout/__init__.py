@@ -1,6 +1,6 @@
 """Rollouts: agents (roles), policies, generation backends and the runner that drives many
 multi-agent episodes at once, batching generation per policy across episodes and roles.
-The backends a config selects (`rollout.backend`) are engines: srpo.rollout.engines.
+The backends a config selects (`rollout.backend`) are engines: srpo.rollout.backends.
 
     from srpo.rollout import AgentSpec, PolicySet, HFGenerateBackend, RolloutRunner
     policies = PolicySet.shared(model, tokenizer)
@@ -10,8 +10,8 @@ The backends a config selects (`rollout.backend`) are engines: srpo.rollout.engi
 """
 
 from srpo.rollout.agents import AgentSpec, SamplingParams
-from srpo.rollout.backends import BackendStats, Generation, GenerationBackend, GenerationRequest
-from srpo.rollout.engines.hf import HFGenerateBackend
+from srpo.rollout.backends.hf import HFGenerateBackend
+from srpo.rollout.backends.protocol import BackendStats, Generation, GenerationBackend, GenerationRequest
 from srpo.rollout.policies import Policy, PolicySet
 from srpo.rollout.runner import RolloutResult, RolloutRunner, rollout_metrics
 from srpo.rollout.scripted import ScriptedBackend

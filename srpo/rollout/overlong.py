@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from srpo.types import ActiveSet, Member
 
 OVERLONG_COMPONENT = "overlong"
-CUT = "length"  # the stop reason of an output the token budget ended (srpo.rollout.backends)
+CUT = "length"  # the stop reason of an output the token budget ended (srpo.rollout.backends.protocol)
 
 
 def check_penalty(penalty: float) -> float:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from srpo.rollout.agents import AgentSpec, check_agent_names
-from srpo.rollout.backends import STOP_REASONS, Generation, GenerationBackend, GenerationRequest
+from srpo.rollout.backends.protocol import STOP_REASONS, Generation, GenerationBackend, GenerationRequest
 from srpo.rollout.overlong import CUT, apply_overlong_penalty, check_penalty
 from srpo.rollout.policies import check_policy_names
 from srpo.types import Episode, Task

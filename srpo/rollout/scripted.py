@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from srpo.rollout.backends import (
+from srpo.rollout.backends.protocol import (
     BackendStats,
     Generation,
     GenerationRequest,

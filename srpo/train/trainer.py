@@ -34,7 +34,7 @@ from srpo.record.progress import RunProgress
 from srpo.record.recorder import Recorder
 from srpo.record.run_dir import RUN_ARTIFACTS, RunLock, check_config_file, resolve_run_dir, resume_checkpoint
 from srpo.record.run_identity import RESUMABLE_FIELDS
-from srpo.rollout.backends import check_training_backend
+from srpo.rollout.backends.protocol import check_training_backend
 from srpo.rollout.policies import PolicySet
 from srpo.train.distributed import barrier, broadcast_from_main, close_distributed, init_distributed
 from srpo.train.forward import check_training_sampling

@@ -12,7 +12,7 @@ import torch
 
 from srpo.models import build_byte_tokenizer, build_tiny_model
 from srpo.rollout import AgentSpec, PolicySet, RolloutRunner, SamplingParams, ScriptedBackend
-from srpo.rollout.backends import GenerationRequest
+from srpo.rollout.backends.protocol import GenerationRequest
 from srpo.tasks.math import MathReward
 from srpo.types import Task
 

@@ -8,7 +8,7 @@ import torch
 from rollout_helpers import backend_requests, reference_logprobs, tiny, tok  # noqa: F401
 
 from srpo.rollout import HFGenerateBackend, PolicySet, SamplingParams
-from srpo.rollout.engines.hf import decode as decode_module
+from srpo.rollout.backends.hf import decode as decode_module
 
 PROMPTS = ["a", "a much longer prompt here", "mid size", "What is 2 + 2?", "Hello there, agent.",
            "xyz", "one two three four", "q"]

@@ -10,7 +10,7 @@ from rollout_helpers import backend_requests, reference_logprobs, tiny, tok  # n
 
 from srpo.models import build_tiny_model
 from srpo.rollout import HFGenerateBackend, PolicySet, SamplingParams
-from srpo.rollout.engines.hf import prefill_shared_prompts
+from srpo.rollout.backends.hf import prefill_shared_prompts
 
 # repeated prompts of different lengths (left padding differs per row), a 1-token prompt and
 # one that occurs once
@@ -120,13 +120,13 @@ def test_the_setting_reaches_the_hf_backend_and_is_refused_elsewhere():
     smoke = Path(__file__).resolve().parents[2] / "srpo" / "presets" / "smoke.yaml"
     model, tokenizer = build_tiny_model(seed=0)
     policies = PolicySet.shared(model, tokenizer)
-    assert load_config(smoke).rollout.hf.share_prefill is True  # the default: on (the hf engine's)
+    assert load_config(smoke).rollout.hf.share_prefill is True  # the default: on (the hf backend's)
     assert build_backend(load_config(smoke), policies).share_prefill is True
     assert build_backend(load_config(smoke, ["rollout.hf.share_prefill=false"]), policies).share_prefill is False
     assert build_backend(load_config(smoke, ["rollout.hf.share_prefill=true"]), policies).share_prefill is True
-    # a setting of the hf engine with another engine selected is an error, not a setting ignored
+    # a setting of the hf backend with another backend selected is an error, not a setting ignored
     for value in ("true", "false"):
-        with pytest.raises(ConfigError, match="rollout.hf holds settings of the engine 'hf', but "
+        with pytest.raises(ConfigError, match="rollout.hf holds settings of the backend 'hf', but "
                                               "rollout.backend is 'ctranslate2'"):
             load_config(smoke, [f"rollout.hf.share_prefill={value}", "rollout.backend=ctranslate2"])
     # the old key names its new place

@@ -29,7 +29,7 @@ def make_backend(kind: str, policies: PolicySet, **kw):
     if kind == "hf":
         return HFGenerateBackend(policies, **kw)
     pytest.importorskip("ctranslate2")
-    from srpo.rollout.engines.ctranslate2 import CTranslate2Backend
+    from srpo.rollout.backends.ctranslate2 import CTranslate2Backend
 
     return CTranslate2Backend(policies, intra_threads=1, **kw)
 

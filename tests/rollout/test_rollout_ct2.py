@@ -14,11 +14,11 @@ import torch
 from srpo.build import build_rollout
 from srpo.config import ConfigError, load_config
 from srpo.rollout import HFGenerateBackend, PolicySet, SamplingParams
-from srpo.rollout.backends import GenerationRequest
+from srpo.rollout.backends.protocol import GenerationRequest
 
 ct2 = pytest.importorskip("ctranslate2")
 
-from srpo.rollout.engines.ctranslate2 import CTranslate2Backend, processed_logprobs
+from srpo.rollout.backends.ctranslate2 import CTranslate2Backend, processed_logprobs
 from srpo.train.metrics import run_dependent
 from srpo.train.trainer import Trainer
 

@@ -17,7 +17,7 @@ from srpo.rollout import (
     RolloutRunner,
     SamplingParams,
 )
-from srpo.rollout.backends import finish_tokens
+from srpo.rollout.backends.protocol import finish_tokens
 from srpo.tasks.math import MathReward
 from srpo.workflows import build_workflow, list_workflows
 
@@ -176,7 +176,7 @@ def test_a_merged_copy_is_re_merged_in_place_bit_equal_to_a_fresh_merge(base_dty
     import copy
 
     from srpo.models import build_tiny_model
-    from srpo.rollout.engines.hf.merged import MergedLoraCopies
+    from srpo.rollout.backends.hf.merged import MergedLoraCopies
 
     base, tok = build_tiny_model(dtype=base_dtype)
     policies = PolicySet.lora(base, tok, ["solver", "judge"], rank=4, init_lora_weights=False)
@@ -219,7 +219,7 @@ def test_a_dora_adapter_is_rebuilt_not_re_merged_in_place():
     from peft import LoraConfig, get_peft_model
 
     from srpo.models import build_tiny_model
-    from srpo.rollout.engines.hf.merged import MergedLoraCopies
+    from srpo.rollout.backends.hf.merged import MergedLoraCopies
     from srpo.rollout.policies import Policy
 
     base, tok = build_tiny_model()
@@ -386,7 +386,7 @@ def test_a_model_folders_repetition_penalty_does_not_change_what_is_sampled(tiny
 def test_the_inverse_cdf_sampler_draws_from_softmax_of_the_scores():
     """The backend draws tokens itself (HF's torch.multinomial cost 21% of a rollout): the draws
     follow softmax(scores), and a token cut to -inf (top-k / top-p) is never drawn."""
-    from srpo.rollout.engines.hf.processors import InverseCdfSampler
+    from srpo.rollout.backends.hf.processors import InverseCdfSampler
 
     torch.manual_seed(0)
     probs = torch.tensor([0.5, 0.3, 0.15, 0.05, 0.0])
@@ -405,7 +405,7 @@ def test_the_blocked_inverse_cdf_draws_the_token_of_one_float64_cdf(vocab, block
     """Two levels (block masses, then a cumulative sum inside one block) pick the token that one
     float64 cumulative sum over softmax(scores) picks for the same uniform draw, with a vocabulary
     that is not a multiple of the block and with -inf (top-k) tokens at block ends."""
-    from srpo.rollout.engines.hf.processors import InverseCdfSampler
+    from srpo.rollout.backends.hf.processors import InverseCdfSampler
 
     gen = torch.Generator().manual_seed(vocab)
     agree = total = 0
@@ -433,7 +433,7 @@ def test_the_blocked_inverse_cdf_draws_the_token_of_one_float64_cdf(vocab, block
 
 
 def test_the_sampler_refuses_scores_it_cannot_draw_from():
-    from srpo.rollout.engines.hf.processors import InverseCdfSampler
+    from srpo.rollout.backends.hf.processors import InverseCdfSampler
 
     ids = torch.zeros(2, 1, dtype=torch.long)
     for bad in (float("nan"), float("inf")):

@@ -87,11 +87,11 @@ def test_on_register_and_reset():
 def test_the_four_lookups_are_this_one():
     from srpo.cli import COMMANDS
     from srpo.packs import PACKS
-    from srpo.rollout.engines import ENGINES
+    from srpo.rollout.backends import BACKENDS
     from srpo.workflows.registry import WORKFLOWS
 
-    assert all(isinstance(r, Registry) for r in (COMMANDS, PACKS, ENGINES, WORKFLOWS))
-    assert (PACKS.references, WORKFLOWS.references, ENGINES.references) == (True, True, False)
+    assert all(isinstance(r, Registry) for r in (COMMANDS, PACKS, BACKENDS, WORKFLOWS))
+    assert (PACKS.references, WORKFLOWS.references, BACKENDS.references) == (True, True, False)
     with pytest.raises(ValueError, match=r"did you mean 'math'\?"):
         PACKS.get("maths")
     with pytest.raises(ValueError, match=r"did you mean 'debate'\?"):

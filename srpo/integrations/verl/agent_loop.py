@@ -41,7 +41,7 @@ from srpo.integrations.verl.episode import (
     setup_from_config,
     task_from_row,
 )
-from srpo.rollout.backends import Generation, GenerationRequest, finish_tokens
+from srpo.rollout.backends.protocol import Generation, GenerationRequest, finish_tokens
 
 
 @functools.lru_cache(maxsize=8)

@@ -24,7 +24,7 @@ from typing import Any
 
 from srpo.integrations.verl import fields
 from srpo.rollout.agents import AgentSpec, check_agent_names
-from srpo.rollout.backends import BackendStats, Generation, GenerationRequest
+from srpo.rollout.backends.protocol import BackendStats, Generation, GenerationRequest
 from srpo.rollout.policies import PolicySet
 from srpo.rollout.runner import RewardFn, RolloutRunner
 from srpo.types import Episode, Task

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from srpo.rollout.engines.hf.processors import InverseCdfSampler
+from srpo.rollout.backends.hf.processors import InverseCdfSampler
 
 # compact once at least this share of the live rows has finished (one copy of the KV cache
 # each time; measured on the default job's 216-row steps, docs/benchmarks.md)

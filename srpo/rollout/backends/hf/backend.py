@@ -1,6 +1,6 @@
 """The hf engine's backend: transformers `model.generate`, batching every request of one policy
-(the contract of srpo.rollout.backends). What runs inside each generate step is
-srpo.rollout.engines.hf.processors; the shared prompt prefill is .prefill."""
+(the contract of srpo.rollout.backends.protocol). What runs inside each generate step is
+srpo.rollout.backends.hf.processors; the shared prompt prefill is .prefill."""
 
 from __future__ import annotations
 
@@ -18,21 +18,21 @@ from transformers.generation.logits_process import (
 )
 
 from srpo.rollout.agents import SamplingParams
-from srpo.rollout.backends import (
+from srpo.rollout.backends.hf.decode import decode_compacting
+from srpo.rollout.backends.hf.merged import MergedLoraCopies
+from srpo.rollout.backends.hf.prefill import prefill_shared_prompts
+from srpo.rollout.backends.hf.processors import (
+    InverseCdfSampler,
+    SampledLogprobRecorder,
+    StopStrings,
+)
+from srpo.rollout.backends.protocol import (
     BackendStats,
     Generation,
     GenerationRequest,
     check_backend_args,
     check_requests,
     finish_tokens,
-)
-from srpo.rollout.engines.hf.decode import decode_compacting
-from srpo.rollout.engines.hf.merged import MergedLoraCopies
-from srpo.rollout.engines.hf.prefill import prefill_shared_prompts
-from srpo.rollout.engines.hf.processors import (
-    InverseCdfSampler,
-    SampledLogprobRecorder,
-    StopStrings,
 )
 from srpo.rollout.policies import PolicySet
 
@@ -79,7 +79,7 @@ class HFGenerateBackend:
     train/inference mismatch diagnostic.
 
     compact_finished: generate with srpo's own decode loop, which drops the rows that have
-    finished from the batch (srpo.rollout.engines.hf.decode) instead of running them to the
+    finished from the batch (srpo.rollout.backends.hf.decode) instead of running them to the
     longest row's end; the same computation per live row (tested token for token against
     `generate` in float32). It applies srpo's own processors only (temperature, top-k, top-p, the
     draw), not those a model's generation_config would add; HF's multinomial sampler keeps HF's
@@ -87,7 +87,7 @@ class HFGenerateBackend:
 
     Generation runs in the policies' compute precision (PolicySet.compute: bf16 autocast when
     model.dtype resolves to bfloat16). merge_lora: a LoRA policy generates from a merged copy
-    of itself, rebuilt after every change of its weights (srpo.rollout.engines.hf.merged).
+    of itself, rebuilt after every change of its weights (srpo.rollout.backends.hf.merged).
     """
 
     def __init__(
@@ -109,7 +109,7 @@ class HFGenerateBackend:
             raise ValueError(f"sampler must be 'inverse_cdf' or 'multinomial', got {sampler!r}")
         self.sampler = sampler
         self.share_prefill = share_prefill
-        # LoRA policies generate from a merged copy (srpo.rollout.engines.hf.merged)
+        # LoRA policies generate from a merged copy (srpo.rollout.backends.hf.merged)
         self.merged = MergedLoraCopies() if merge_lora else None
         self.compact_finished = compact_finished
         self.stats = BackendStats()
@@ -172,7 +172,7 @@ class HFGenerateBackend:
             if sampling.top_p < 1.0:
                 warpers.append(TopPLogitsWarper(top_p=sampling.top_p))
         own_draw = not sampling.greedy and self.sampler == "inverse_cdf"
-        # srpo's own decode loop drops finished rows (srpo.rollout.engines.hf.decode); it draws
+        # srpo's own decode loop drops finished rows (srpo.rollout.backends.hf.decode); it draws
         # with the inverse-CDF sampler or greedily, so HF's multinomial keeps HF's loop
         compacting = self.compact_finished and (sampling.greedy or own_draw)
         # the draw records its own log-probs; otherwise (greedy, multinomial) a recorder runs

@@ -1,4 +1,4 @@
-"""The ctranslate2 engine (`rollout.backend: ctranslate2`, the default job's): CTranslate2
+"""The ctranslate2 backend (`rollout.backend: ctranslate2`, the default job's): CTranslate2
 generates from a copy of each policy converted from the live weights, re-converted after each
 update (.backend; the conversion is .convert).
 
@@ -9,7 +9,7 @@ Its section, `rollout.ctranslate2`:
     threads: null            # CPU threads of each policy's generator (null: torch's thread count)
 
 CTranslate2 is optional (`pip install 'srpo[ct2]'`): this module and its settings import
-without it (a config naming the engine loads anywhere); the package is imported when a backend
+without it (a config naming the backend loads anywhere); the package is imported when a backend
 is built, with an error saying how to install it.
 """
 
@@ -19,13 +19,13 @@ from typing import Any
 
 from pydantic import field_validator
 
-from srpo.rollout.engines import Engine, EngineSettings
-from srpo.rollout.engines.ctranslate2.backend import COMPUTE_TYPES, CT2Stats, CTranslate2Backend
-from srpo.rollout.engines.ctranslate2.logprobs import processed_logprobs
+from srpo.rollout.backends import BackendSettings, BackendSpec
+from srpo.rollout.backends.ctranslate2.backend import COMPUTE_TYPES, CT2Stats, CTranslate2Backend
+from srpo.rollout.backends.ctranslate2.logprobs import processed_logprobs
 
 
-class CTranslate2Settings(EngineSettings):
-    """`rollout.ctranslate2`: the ctranslate2 engine's own settings (module doc)."""
+class CTranslate2Settings(BackendSettings):
+    """`rollout.ctranslate2`: the ctranslate2 backend's own settings (module doc)."""
 
     compute_type: str = "float32"  # "float32" (the policy itself) | "int8" (not for training)
     threads: int | None = None  # CPU threads of each policy's generator (None: torch's count)
@@ -53,7 +53,7 @@ def build(cfg: Any, policies: Any) -> CTranslate2Backend:
                               record_logprobs=cfg.rollout.record_logprobs)
 
 
-ENGINE = Engine(
+BACKEND = BackendSpec(
     name="ctranslate2",
     description="CTranslate2, converted from the live weights after every update (srpo[ct2])",
     build=build,
@@ -62,7 +62,7 @@ ENGINE = Engine(
 
 __all__ = [
     "COMPUTE_TYPES",
-    "ENGINE",
+    "BACKEND",
     "CT2Stats",
     "CTranslate2Backend",
     "CTranslate2Settings",

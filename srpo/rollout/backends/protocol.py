@@ -18,7 +18,7 @@ Contract of a `Generation` (checked by the runner, errors name the agent):
   - logprobs: None, or one sampling-time log-prob per token (see HFGenerateBackend for which).
 
 This module is the protocol and what every backend shares (the request and result types, the
-token cut `finish_tokens`). The backends a config selects are engines (srpo.rollout.engines:
+token cut `finish_tokens`). The backends a config selects are engines (srpo.rollout.backends:
 hf, ctranslate2, and any a package adds); `ScriptedBackend` (srpo.rollout.scripted) answers
 from a function, for tests. A vLLM backend only has to implement the same members and declare
 an engine.

@@ -5,7 +5,7 @@ CTranslate2 (`generate_batch`, batching every request of one policy).
     gens = backend.generate("shared", requests)
 
 Each policy gets its own CTranslate2 `Generator`, converted from the live torch model in memory
-(srpo.rollout.engines.ctranslate2.convert).
+(srpo.rollout.backends.ctranslate2.convert).
 
 Weight sync: the trainer updates the torch weights in place after every optimizer step. Each
 policy's generator remembers the version counters (and storage) of every parameter of its model
@@ -18,7 +18,7 @@ to time it apart from generation); `stats.syncs` and `stats.sync_seconds` count 
 Measured on the default job (SmolLM2-135M + LoRA, 2 threads, machine otherwise idle): 0.58 s a
 sync for float32 against a rollout 1.6 s shorter than HF's.
 
-Sampling and its log-probs (the contract of srpo.rollout.backends):
+Sampling and its log-probs (the contract of srpo.rollout.backends.protocol):
   - greedy (temperature 0): CTranslate2's best-token search; log-probs are the log-softmax of
     the raw logits (temperature 1), like HF's.
   - temperature 1, no top-k / top-p: CTranslate2 samples from softmax(logits); its per-step
@@ -37,7 +37,7 @@ Sampling and its log-probs (the contract of srpo.rollout.backends):
 compute_type "int8" quantizes the weights when the generator is loaded (a different policy; on
 the default job's rollout 2.6x HF's tokens/s against float32's 1.4x, and mismatch/kl 4.7e-2
 against 1.7e-10, benchmarks/bench_rollout_engines.py): `samples_trained_policy` says so, and
-the trainer refuses it (srpo.rollout.backends.check_training_backend), since the sampler would
+the trainer refuses it (srpo.rollout.backends.protocol.check_training_backend), since the sampler would
 not be the policy it trains and srpo does not correct for that; use it for `srpo rollout` and
 `srpo eval`.
 """
@@ -53,7 +53,15 @@ from typing import Any
 import torch
 
 from srpo.rollout.agents import SamplingParams
-from srpo.rollout.backends import (
+from srpo.rollout.backends.ctranslate2.convert import (
+    import_ctranslate2,
+    load_generator,
+    model_spec,
+    token_name,
+    weights_key,
+)
+from srpo.rollout.backends.ctranslate2.logprobs import needs_logits, processed_logprobs
+from srpo.rollout.backends.protocol import (
     BackendStats,
     Generation,
     GenerationRequest,
@@ -61,14 +69,6 @@ from srpo.rollout.backends import (
     check_requests,
     finish_tokens,
 )
-from srpo.rollout.engines.ctranslate2.convert import (
-    import_ctranslate2,
-    load_generator,
-    model_spec,
-    token_name,
-    weights_key,
-)
-from srpo.rollout.engines.ctranslate2.logprobs import needs_logits, processed_logprobs
 from srpo.rollout.policies import Policy, PolicySet
 
 COMPUTE_TYPES = ("float32", "int8")
@@ -104,7 +104,7 @@ class CTranslate2Backend:
     """
 
     def samples_trained_policy(self) -> str | None:
-        """None for float32 (the policy itself); why not for int8 (srpo.rollout.backends)."""
+        """None for float32 (the policy itself); why not for int8 (srpo.rollout.backends.protocol)."""
         if self.compute_type == "float32":
             return None
         return (f"rollout.ctranslate2.compute_type {self.compute_type!r} samples from a quantized "

@@ -1,4 +1,4 @@
-"""The hf engine (`rollout.backend: hf`, the config default): transformers `generate`.
+"""The hf backend (`rollout.backend: hf`, the config default): transformers `generate`.
 
 Its section, `rollout.hf`:
 
@@ -26,13 +26,13 @@ from typing import Any
 
 from pydantic import field_validator
 
-from srpo.rollout.engines import Engine, EngineSettings
-from srpo.rollout.engines.hf.backend import SAMPLERS, HFGenerateBackend
-from srpo.rollout.engines.hf.prefill import prefill_shared_prompts
+from srpo.rollout.backends import BackendSettings, BackendSpec
+from srpo.rollout.backends.hf.backend import SAMPLERS, HFGenerateBackend
+from srpo.rollout.backends.hf.prefill import prefill_shared_prompts
 
 
-class HFSettings(EngineSettings):
-    """`rollout.hf`: the hf engine's own settings (module doc)."""
+class HFSettings(BackendSettings):
+    """`rollout.hf`: the hf backend's own settings (module doc)."""
 
     sampler: str = "inverse_cdf"  # "inverse_cdf" (srpo's own draw) | "multinomial" (HF's)
     share_prefill: bool = True  # one prefill per distinct prompt of a batch (docs/training.md)
@@ -56,11 +56,11 @@ def build(cfg: Any, policies: Any) -> HFGenerateBackend:
                              compact_finished=own.compact_finished)
 
 
-ENGINE = Engine(
+BACKEND = BackendSpec(
     name="hf",
     description="transformers generate (the config default; any model transformers loads)",
     build=build,
     settings=HFSettings,
 )
 
-__all__ = ["ENGINE", "HFGenerateBackend", "HFSettings", "build", "prefill_shared_prompts"]
+__all__ = ["BACKEND", "HFGenerateBackend", "HFSettings", "build", "prefill_shared_prompts"]
