@@ -59,6 +59,9 @@ class Registry(Generic[T]):
         self._accept = accept
         self._on_register = on_register
         self._registered: dict[str, T] = {}  # insertion order: listings show built-ins first
+        # what "file.py:NAME" / "module:NAME" references loaded, kept apart so that a listing
+        # shows plug-ins by name only (and a file is executed once)
+        self._by_reference: dict[str, T] = {}
 
     # ------------------------------------------------------------------ what is known
 
@@ -77,6 +80,7 @@ class Registry(Generic[T]):
         """Forget every registration, or go back to `registered` (a copy from registered()):
         for tests that must not leave plug-ins behind. No on_register call."""
         self._registered = dict(registered or {})
+        self._by_reference = {}
 
     def installed(self) -> dict[str, Any]:
         """The entry points of the group, by name (not loaded)."""
@@ -115,8 +119,12 @@ class Registry(Generic[T]):
             return self.register(name, self._accept(import_reference(ref, what=self.kind), name,
                                                     f"{self.kind} {name!r} ({ref})"))
         if self.references and isinstance(name, str) and ":" in name:
-            return self.register(name, self._accept(import_reference(name, what=self.kind), name,
-                                                    f"{self.kind} {name!r}"))
+            if name not in self._by_reference:
+                value = self._accept(import_reference(name, what=self.kind), name, f"{self.kind} {name!r}")
+                self._by_reference[name] = value
+                if self._on_register is not None:  # a pack given by file still brings its workflows
+                    self._on_register(value)
+            return self._by_reference[name]
         raise self.unknown(name)
 
     def load(self, source: Any) -> Any:

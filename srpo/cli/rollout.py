@@ -81,7 +81,7 @@ def rollout_command(args: argparse.Namespace) -> int:
     from srpo.build import build_rollout, build_workflow_from, load_tasks
     from srpo.cli.destination import check_destination
     from srpo.config import load_config
-    from srpo.rollout.records import write_jsonl
+    from srpo.rollout.episode_lines import write_jsonl
     from srpo.rollout.runner import rollout_metrics, workflow_error_line
 
     try:

@@ -3,7 +3,7 @@
     RUN/episodes/step-000001.jsonl.gz     one gzip JSON line per kept episode of step 1
     RUN/eval/<label>.episodes.jsonl.gz    the episodes of an evaluation (before, step-N, after)
 
-A line is `srpo rollout`'s episode record (srpo.rollout.records.episode_to_dict: task id,
+A line is `srpo rollout`'s episode record (srpo.rollout.episode_lines.episode_to_dict: task id,
 workflow, reward, reward components, gold, metadata, transitions with their members) plus:
 
     "step", "index" (position in the step's rollout batch), "question" (the task's prompt);
@@ -41,7 +41,7 @@ from srpo.batch import FlatBatch
 from srpo.disk import open_no_follow, writing
 from srpo.jsonl import dumps_line, split_lines
 from srpo.objective.methods import SetUpdateState
-from srpo.rollout.records import episode_to_dict
+from srpo.rollout.episode_lines import episode_to_dict
 from srpo.types import Episode, Member
 
 EPISODES_DIR = "episodes"

@@ -22,8 +22,8 @@ from srpo.record.episodes_log import UpdateRecord
 from srpo.record.report import collect_run, write_report
 from srpo.rollout import AgentSpec, PolicySet, RolloutRunner, SamplingParams, ScriptedBackend
 from srpo.tasks.math import MathReward
+from srpo.tasks.search.documents import Passage
 from srpo.tasks.search.env import SearchEnv
-from srpo.tasks.search.records import Passage
 from srpo.tasks.search.rewards import SearchReward
 from srpo.types import Task
 from srpo.workflows import build_workflow

@@ -28,7 +28,7 @@ from srpo.tasks.search.corpus import (
     wikipedia_summaries,
     write_corpus_jsonl,
 )
-from srpo.tasks.search.records import Document, Passage, Retriever
+from srpo.tasks.search.documents import Document, Passage, Retriever
 from srpo.tasks.search.retrieval import (
     BM25Retriever,
     CorpusMismatchError,

@@ -11,8 +11,8 @@ import torch
 from srpo.models import build_byte_tokenizer, build_tiny_model
 from srpo.rollout import HFGenerateBackend, PolicySet, SamplingParams, ScriptedBackend
 from srpo.rollout.backends.protocol import GenerationRequest, finish_tokens
+from srpo.tasks.search.documents import Document, Passage
 from srpo.tasks.search.env import TRUNCATED, SearchEnv, SearchStats, parse_turn, sanitize
-from srpo.tasks.search.records import Document, Passage
 from srpo.tasks.search.rewards import SearchReward, answer_scores, extract_answer
 from srpo.types import Task
 

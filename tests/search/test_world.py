@@ -9,7 +9,7 @@ import json
 import pytest
 
 from srpo.tasks.search.answers import answer_tokens, contains_answer, normalize_answer
-from srpo.tasks.search.records import Document
+from srpo.tasks.search.documents import Document
 from srpo.tasks.search.world import (
     KINDS,
     RELATIONS,

@@ -18,9 +18,9 @@ from srpo.jsonl import dumps_line, escape_unsafe, loads_lines, split_lines
 from srpo.record import episodes_log
 from srpo.record.metrics_log import MetricsLogger, read_metrics
 from srpo.record.report.render import data_json
-from srpo.rollout.records import write_jsonl
+from srpo.rollout.episode_lines import write_jsonl
 from srpo.tasks.search.corpus import corpus_hash, read_corpus_jsonl, write_corpus_jsonl
-from srpo.tasks.search.records import Document
+from srpo.tasks.search.documents import Document
 from srpo.types import ActiveSet, Episode, Member, Task
 from srpo_lab.study.runner import read_metrics as study_read_metrics
 

@@ -35,10 +35,10 @@ from srpo.config import to_dict
 from srpo.jsonl import loads_lines
 from srpo.record.checkpoint import config_fingerprint, latest_checkpoint
 from srpo.record.run_identity import result_fingerprint
+from srpo_lab.study.cell_files import code_version
+from srpo_lab.study.cell_files import read_json as _read_json
+from srpo_lab.study.cell_files import write_json as _write_json
 from srpo_lab.study.plan import Cell, is_done, plan_cells, record_path
-from srpo_lab.study.records import code_version
-from srpo_lab.study.records import read_json as _read_json
-from srpo_lab.study.records import write_json as _write_json
 from srpo_lab.study.spec import StudySpec
 
 __all__ = ["Cell", "CellFailed", "code_version", "inprocess_launcher", "is_done", "iter_results", "plan_cells",

@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from srpo_lab.study.cell_files import code_version, read_json, write_json
 from srpo_lab.study.plan import plan_cells, record_path
-from srpo_lab.study.records import code_version, read_json, write_json
 from srpo_lab.study.spec import StudySpec
 
 ARCHIVE = "runs.jsonl.gz"

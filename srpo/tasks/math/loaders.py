@@ -22,11 +22,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from srpo.tasks.dataset_files import Record, read_records
+from srpo.tasks.dataset_files import load_tasks as _load
+from srpo.tasks.dataset_files import record_source as _source
+from srpo.tasks.dataset_files import require_field as _require
 from srpo.tasks.math.reasoning_gym_tasks import normalize_question
-from srpo.tasks.records_io import Record, read_records
-from srpo.tasks.records_io import load_tasks as _load
-from srpo.tasks.records_io import record_source as _source
-from srpo.tasks.records_io import require_field as _require
 from srpo.types import Task
 
 __all__ = ["Record", "check_heldout_overlap", "gsm8k_final_answer", "load_gsm8k", "load_math500",

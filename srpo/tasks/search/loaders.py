@@ -37,11 +37,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from srpo.tasks.records_io import Record, read_records
-from srpo.tasks.records_io import load_tasks as _load
-from srpo.tasks.records_io import record_source as _source
-from srpo.tasks.records_io import require_field as _require
-from srpo.tasks.search.records import Document
+from srpo.tasks.dataset_files import Record, read_records
+from srpo.tasks.dataset_files import load_tasks as _load
+from srpo.tasks.dataset_files import record_source as _source
+from srpo.tasks.dataset_files import require_field as _require
+from srpo.tasks.search.documents import Document
 from srpo.types import Task
 
 # ----------------------------------------------------------------------------- reading

@@ -7,7 +7,7 @@
     build_index(docs, "idx", bm25=True, dense=True, source="corpus.jsonl")   # = `srpo index`
     load_retriever("idx", kind="fused")
 
-All of them follow srpo.tasks.search.records.Retriever and the rules in retrieval/base.py
+All of them follow srpo.tasks.search.documents.Retriever and the rules in retrieval/base.py
 (blank query -> [], k > corpus -> every candidate, bad input -> an error naming it).
 Heavy dependencies (bm25s, torch/transformers, faiss) load when a retriever is built.
 """

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from srpo.tasks.search.corpus import corpus_hash, validate_documents
-from srpo.tasks.search.records import Document, Passage
+from srpo.tasks.search.documents import Document, Passage
 
 
 class CorpusMismatchError(ValueError):

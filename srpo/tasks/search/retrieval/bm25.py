@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from srpo.tasks.search.corpus import corpus_hash, index_text, validate_documents
-from srpo.tasks.search.records import Document, Passage
+from srpo.tasks.search.documents import Document, Passage
 from srpo.tasks.search.retrieval.base import check_search_args, load_saved_index, to_passages
 
 META_FILE = "srpo_bm25.json"

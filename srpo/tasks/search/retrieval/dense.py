@@ -27,7 +27,7 @@ from typing import Protocol
 import numpy as np
 
 from srpo.tasks.search.corpus import corpus_hash, index_text, validate_documents
-from srpo.tasks.search.records import Document, Passage
+from srpo.tasks.search.documents import Document, Passage
 from srpo.tasks.search.retrieval.base import check_search_args, load_saved_index, to_passages
 
 MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"

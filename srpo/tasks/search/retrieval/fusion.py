@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from srpo.tasks.search.records import Passage, Retriever
+from srpo.tasks.search.documents import Passage, Retriever
 from srpo.tasks.search.retrieval.base import check_search_args
 
 

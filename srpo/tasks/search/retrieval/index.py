@@ -23,7 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from srpo.tasks.search.corpus import corpus_hash, load_corpus, validate_documents
-from srpo.tasks.search.records import Document, Retriever
+from srpo.tasks.search.documents import Document, Retriever
 from srpo.tasks.search.retrieval.base import check_corpus_hash
 from srpo.tasks.search.retrieval.bm25 import BM25Retriever, BM25Settings
 from srpo.tasks.search.retrieval.dense import DenseRetriever, Encoder, MiniLMEncoder

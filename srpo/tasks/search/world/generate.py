@@ -17,7 +17,7 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from srpo.tasks.search.records import Document
+from srpo.tasks.search.documents import Document
 from srpo.tasks.search.world.documents import _write_document
 from srpo.tasks.search.world.graph import KINDS, SPLITS, Entity, World, world_doc_id
 from srpo.tasks.search.world.names import _Names, _title

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from srpo.tasks.search.records import Document
+from srpo.tasks.search.documents import Document
 
 KINDS = ("country", "city", "person", "organisation", "work")
 SPLITS = ("train", "heldout")
