@@ -16,8 +16,9 @@ def episode_to_dict(ep: Episode, *, with_ids: bool = False) -> dict[str, Any]:
     "transitions": [{"event", "turn", "size", "return", "members": [{"agent", "policy", "text",
     "num_tokens", "num_trained_tokens", "stop_reason"}], "unconsumed_from"?}]}; members are the
     active set the transition consumed; a singleton of an output its transition did not read
-    also has "unconsumed_from" (that transition's event). with_ids adds prompt_ids /
-    response_ids / loss_mask per member."""
+    also has "unconsumed_from" (that transition's event). "task_kind": the task's kind where it
+    has one (a mix of reasoning-gym datasets: the dataset that made it). with_ids adds
+    prompt_ids / response_ids / loss_mask per member."""
     transitions = []
     for aset, ret in zip(ep.transitions, ep.set_returns()):
         members = []
@@ -39,8 +40,10 @@ def episode_to_dict(ep: Episode, *, with_ids: bool = False) -> dict[str, Any]:
         if not aset.consumed:
             record["unconsumed_from"] = aset.unconsumed_from
         transitions.append(record)
+    kind = ep.task.metadata.get("kind")
     return {
         "task_id": ep.task.task_id,
+        **({"task_kind": kind} if kind is not None else {}),
         "workflow": ep.workflow,
         "reward": ep.reward,
         "reward_components": ep.reward_components,

@@ -80,6 +80,37 @@ def test_math_splits_are_deterministic():
     assert a == b
 
 
+def test_a_composite_mixes_kinds_each_scored_by_its_own_dataset():
+    mix = {"datasets": [{"name": "basic_arithmetic", "config": ONE_DIGIT},
+                        {"name": "letter_counting", "weight": 1, "config": {"min_words": 5, "max_words": 10}}]}
+    train, heldout = math_splits("composite", train_size=40, heldout_size=20, seed=0, config=mix)
+    assert not {normalize_question(t.prompt) for t in train} & {normalize_question(t.prompt) for t in heldout}
+    kinds = {t.metadata["kind"] for t in train + heldout}
+    assert kinds == {"basic_arithmetic", "letter_counting"}
+    for t in heldout:
+        if t.metadata["kind"] == "letter_counting":
+            assert t.prompt.startswith("How many times does the letter")
+        else:
+            assert t.prompt.startswith("Calculate")
+        # the member dataset scores it (the config's mappings rebuilt into reasoning-gym's specs)
+        assert reasoning_gym_score(t, t.answer) == 1.0 and reasoning_gym_score(t, "x") == 0.0
+    # an episode line names the task's kind (the route tables of a routed run read it)
+    from srpo.rollout.episode_lines import episode_to_dict
+    from srpo.types import Episode
+    line = episode_to_dict(Episode(task=heldout[0], workflow="single", transitions=[], reward=0.0))
+    assert line["task_kind"] == heldout[0].metadata["kind"]
+    plain = Task(task_id="t", prompt="p", answer="1")
+    assert "task_kind" not in episode_to_dict(Episode(task=plain, workflow="single", transitions=[], reward=0.0))
+    # a task of one dataset is of that dataset's kind
+    assert reasoning_gym_tasks("chain_sum", size=1, seed=0)[0].metadata["kind"] == "chain_sum"
+    with pytest.raises(ValueError, match=r"composite' needs difficulty.datasets"):
+        reasoning_gym_tasks("composite", size=1, seed=0, config={})
+    with pytest.raises(ValueError, match=r"composite datasets\[0\] must be a mapping with name"):
+        reasoning_gym_tasks("composite", size=1, seed=0, config={"datasets": [{"nme": "chain_sum"}]})
+    with pytest.raises(ValueError, match="unknown reasoning-gym task 'chain_sun'"):
+        reasoning_gym_tasks("composite", size=1, seed=0, config={"datasets": [{"name": "chain_sun"}]})
+
+
 def test_too_small_question_space_raises():
     # chain_sum with two 1-digit terms has 200 distinct questions (10 * 10 * {+, -}).
     config = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}

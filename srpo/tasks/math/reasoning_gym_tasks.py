@@ -99,10 +99,33 @@ def _config_tag(config: Mapping[str, Any]) -> str:
     return ":" + hashlib.sha1(blob.encode()).hexdigest()[:8]
 
 
+def _composite_specs(config: Mapping[str, Any]) -> dict[str, Any]:
+    """reasoning-gym's `composite` mixes datasets; its config names them as DatasetSpec objects,
+    written in a YAML config as {name, weight, config} mappings (weight 1, config {} when left
+    out). A mix of kinds is what a router learns to route (docs/workflows.md, "routed")."""
+    from reasoning_gym.composite import DatasetSpec
+
+    specs = config.get("datasets")
+    if not isinstance(specs, list) or not specs:
+        raise ValueError("reasoning-gym task 'composite' needs difficulty.datasets: a list of "
+                         "{name, weight, config} (e.g. [{name: basic_arithmetic}, {name: chain_sum}])")
+    out = []
+    for i, spec in enumerate(specs):
+        if not isinstance(spec, Mapping) or "name" not in spec or set(spec) - {"name", "weight", "config"}:
+            raise ValueError(f"composite datasets[{i}] must be a mapping with name and optional "
+                             f"weight / config, got {spec!r}")
+        _check_name(str(spec["name"]))
+        out.append(DatasetSpec(name=str(spec["name"]), weight=float(spec.get("weight", 1.0)),
+                               config=dict(spec.get("config") or {})))
+    return {**config, "datasets": out}
+
+
 def _make_dataset(name: str, *, size: int, seed: int, config: Mapping[str, Any]):
     for key in _RESERVED_CONFIG_KEYS:
         if key in config:
             raise ValueError(f"config must not set {key!r}; pass it as an argument instead")
+    if name == "composite":
+        config = _composite_specs(config)
     try:
         return _rg().create_dataset(name, size=size, seed=seed, **config)
     except (TypeError, AssertionError) as e:
@@ -129,6 +152,8 @@ def _entry_to_task(
             "split": split,
             "seed": seed,
             "source_index": entry.get("metadata", {}).get("source_index"),
+            # the problem's kind: the dataset that made it (a composite's member dataset)
+            "kind": entry.get("metadata", {}).get("source_dataset", name),
         },
     )
 
