@@ -13,7 +13,8 @@ Reads a routed config (default: the `math/routed` preset, a mix of problem kinds
     .venv/bin/python benchmarks/routed_experts.py --set agents.router.sampling.temperature=1.0
 
 A screen, not a speed benchmark: `train.threads=1` (runs beside other jobs). Writes
-OUT/summary.json (with the commit and dirty flag of the code) and OUT/<part>.jsonl episodes.
+OUT/summary.json (with the commit and dirty flag of the code) and OUT/<part>.jsonl episodes
+(gzip them before committing).
 """
 
 from __future__ import annotations
