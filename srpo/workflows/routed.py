@@ -63,6 +63,12 @@ class Routed(GenericRoles):
     descriptions: optional one-line description per expert, shown to the router.
     fallback: experts used when the router's reply is invalid ("all", "first", or a list).
     penalty: route_penalty = -penalty on an invalid reply (a reward component of its own).
+    fixed_route: the route without a router, the baseline a trained router is measured
+        against: a list (every problem goes to these experts) or {kind: [experts]} (by the
+        task's kind, `task.metadata["kind"]`: a mix of reasoning-gym datasets; a kind not
+        named is an error). The router is then not asked: no "route" transition,
+        route_penalty 0, and metadata `route` as for a valid choice. The router stays a
+        declared role, so a routed config runs with only this parameter changed.
     """
 
     router: str = "router"
@@ -75,6 +81,7 @@ class Routed(GenericRoles):
     fallback: str | list[str] = "first"
     penalty: float = 0.5
     aggregator: str | None = None
+    fixed_route: list[str] | dict[str, list[str]] | None = None
     route_prompt: str = ROUTE_PROMPT
     expert_prompt: str = EXPERT_PROMPT
     aggregate_prompt: str = AGGREGATE_PROMPT
@@ -120,6 +127,14 @@ class Routed(GenericRoles):
                 )
         if not self.penalty >= 0:
             raise ValueError(f"routed.penalty must be >= 0, got {self.penalty!r}")
+        if self.fixed_route is not None:
+            routes = (self.fixed_route.values() if isinstance(self.fixed_route, dict)
+                      else [self.fixed_route])
+            for route in routes:
+                if (isinstance(route, str) or not route or len(set(route)) != len(route)
+                        or any(e not in self.experts for e in route)):
+                    raise ValueError(f"routed.fixed_route: {route!r} must be a non-empty list of "
+                                     f"distinct experts of {self.experts}")
         check_template(
             self.route_prompt, ["question", "experts", "min", "max"], where="routed.route_prompt"
         )
@@ -133,27 +148,40 @@ class Routed(GenericRoles):
         extra = (self.aggregator,) if self.aggregator else ()
         return tuple(dict.fromkeys([self.router, *self.experts, *extra]))
 
+    def _fixed(self, task: Task) -> list[str]:
+        if not isinstance(self.fixed_route, dict):
+            return list(self.fixed_route)
+        kind = task.metadata.get("kind")
+        if kind not in self.fixed_route:
+            raise ValueError(f"routed.fixed_route names no route for task {task.task_id!r} of kind "
+                             f"{kind!r}; it routes the kinds {sorted(self.fixed_route)}")
+        return list(self.fixed_route[kind])
+
     def run(self, task: Task, ctx: EpisodeContext) -> WorkflowRun:
         q = task.prompt
         listing = "\n".join(
             f"- {e}: {self.descriptions[e]}" if e in self.descriptions else f"- {e}"
             for e in self.experts
         )
-        route = yield Request(
-            self.router,
-            self.route_prompt.format(question=q, experts=listing, min=self.min_experts,
-                                     max=self.max_experts),
-        )
-        ctx.transition("route", [route])
-        try:
-            chosen = parse_route(route.text, self.experts, self.min_experts, self.max_experts)
-            penalty = 0.0
+        if self.fixed_route is not None:
+            chosen, penalty = self._fixed(task), 0.0
             ctx.metadata["route_invalid"] = 0
-        except RouteError as e:
-            chosen = list(self._fallback)
-            penalty = -float(self.penalty)
-            ctx.metadata["route_invalid"] = 1
-            ctx.metadata["route_error"] = str(e)
+        else:
+            route = yield Request(
+                self.router,
+                self.route_prompt.format(question=q, experts=listing, min=self.min_experts,
+                                         max=self.max_experts),
+            )
+            ctx.transition("route", [route])
+            try:
+                chosen = parse_route(route.text, self.experts, self.min_experts, self.max_experts)
+                penalty = 0.0
+                ctx.metadata["route_invalid"] = 0
+            except RouteError as e:
+                chosen = list(self._fallback)
+                penalty = -float(self.penalty)
+                ctx.metadata["route_invalid"] = 1
+                ctx.metadata["route_error"] = str(e)
         ctx.metadata["route"] = chosen
         answers = yield [Request(e, self.expert_prompt.format(question=q)) for e in chosen]
         if self.aggregator is None:

@@ -165,6 +165,31 @@ def test_router_fallback_all_and_list(tok):
         build_workflow("routed", {"min_experts": 3, "max_experts": 2})
 
 
+def test_a_fixed_route_asks_no_router(tok):
+    asked = []
+
+    def script(req):
+        asked.append(req.agent)
+        return "\\boxed{4}"
+
+    runner, _ = scripted_runner(tok, script)
+    (ep,) = runner.run(make_tasks(1), build_workflow("routed", {"fixed_route": ["checker", "algebra_expert"]})).episodes
+    assert "router" not in asked and [t.event for t in ep.transitions] == ["experts"]
+    assert ep.transitions[0].agents == ("checker", "algebra_expert")
+    assert ep.metadata["route"] == ["checker", "algebra_expert"] and ep.metadata["route_invalid"] == 0
+    assert ep.reward_components["route_penalty"] == 0.0
+    # by kind: the task's kind picks the route; a kind with no route is an error naming both
+    by_kind = build_workflow("routed", {"fixed_route": {"a": ["checker"], "b": ["arithmetic_expert"]}})
+    tasks = [Task(task_id=f"k{k}", prompt="What is 2 + 2?", answer="4", metadata={"kind": k}) for k in "ab"]
+    eps = runner.run(tasks, by_kind).episodes
+    assert [e.transitions[0].agents for e in eps] == [("checker",), ("arithmetic_expert",)]
+    with pytest.raises(ValueError, match=r"no route for task 'kc' of kind 'c'; it routes the kinds \['a', 'b'\]"):
+        runner.run([Task(task_id="kc", prompt="x", answer="4", metadata={"kind": "c"})], by_kind)
+    for bad in (["nobody"], [], "checker", ["checker", "checker"], {"a": ["nobody"]}):
+        with pytest.raises(ValueError, match="routed.fixed_route"):
+            build_workflow("routed", {"fixed_route": bad})
+
+
 # ----------------------------------------------------------------- rewards
 
 
