@@ -44,6 +44,18 @@ def test_report_loads_with_no_error_and_no_request(page):
     assert page.locator("#charts .js-plotly-plot").count() >= 5  # the default panels are drawn
 
 
+def test_the_share_of_invalid_routes_is_charted(page, smoke_run):
+    # the smoke run's mixed workflow draws routed episodes; their invalid-route share is a curve
+    group = "#charts [data-group='workflow counts (invalid routes, ...)']"
+    names = page.locator(group).evaluate("d => d.data.map((t) => t.name)")
+    assert "rollout/episode/route_invalid" in names
+    key = "rollout/episode/route_invalid"
+    logged = [r[key] for r in smoke_run.train_rows() if key in r]
+    ys = page.locator(group).evaluate(
+        "d => d.data.find((t) => t.name === 'rollout/episode/route_invalid').y.filter((v) => v !== null)")
+    assert logged and ys == pytest.approx(logged)
+
+
 def test_steps_episodes_and_sets_by_size_match_the_run(page, smoke_run):
     rows = smoke_run.train_rows()
     steps = page.locator("#f-step option").evaluate_all("os => os.map(o => o.value)")

@@ -75,6 +75,9 @@
     { name: "sets by size", re: /^sets\/(k\d+|all)\/count$/ },
     { name: "response length", re: /^length\/.+\/mean$/ },
     { name: "skipped (A = 0)", re: /^update\/skipped_.+$/ },
+    // what workflows count in episode metadata, averaged over the episodes that record it:
+    // the share of invalid router replies (routed), votes, parse failures
+    { name: "workflow counts (invalid routes, ...)", re: /^rollout\/episode\/.+$/, on: true },
   ];
 
   function chart(group) {
