@@ -452,6 +452,11 @@ class TrainConfig(_Section):
     # long and answers short. Not under activation_checkpointing, whose recomputation would
     # append to the cache again: there every row runs whole
     share_prompt_forward: bool = True
+    # a diagnostic: log each set size's share of the gradient, grad/k{K}/norm = the norm (all
+    # policies' parameters together, before clipping) of the gradient of the loss over that
+    # size's sets. The update then packs micro-batches of one set size each (the same loss and
+    # gradient up to float rounding) and snapshots the gradient once per size (docs/metrics.md)
+    grad_norm_by_set_size: bool = False
     # DAPO's dynamic sampling: roll out more tasks (fresh draws of tasks_per_step) until the step
     # holds tasks_per_step tasks whose groups are informative (some advantage non-zero), at
     # most dynamic_sampling_max_draws rollouts a step; what is dropped is logged and counted

@@ -72,7 +72,7 @@ METRICS: tuple[Metric, ...] = tuple(
     # the update, once per step (srpo.train.update)
     + _declare("update", "sum", "update/optimizer_steps")
     + _declare("update", "mean", "update/skipped_set_share", "update/skipped_token_share",
-               "grad_norm/{policy}", "lr/{policy}")
+               "grad_norm/{policy}", "lr/{policy}", "grad/{k}/norm")
     # the loop, once per step (srpo.train.trainer, srpo.record.console.PhaseTimer)
     + _declare("loop", "sum", "time/{phase}")
     + _declare("loop", "mean", "throughput/gen_tokens_per_s")

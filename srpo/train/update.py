@@ -63,6 +63,28 @@ def forward_diagnostics(micro: FlatBatch, out: BatchLogprobs) -> dict[str, float
     return metrics
 
 
+class GradientBySize:
+    """The gradient added since the last call, as one norm over every trainable parameter of
+    every policy: the optimizer step's gradient is a sum over micro-batches, so the part added
+    by the micro-batches of one set size is its gradient (train.grad_norm_by_set_size). Holds
+    one copy of the trainable parameters' gradients (LoRA: the adapters only)."""
+
+    def __init__(self, params: dict[str, list[torch.nn.Parameter]]) -> None:
+        self.params = [p for ps in params.values() for p in ps]
+        self.before: list[torch.Tensor | None] = [None] * len(self.params)
+
+    def since_last(self) -> float:
+        total = 0.0
+        for i, p in enumerate(self.params):
+            now = p.grad
+            if now is None:
+                continue
+            added = now if self.before[i] is None else now - self.before[i]
+            total += float(added.double().pow(2).sum())
+            self.before[i] = now.detach().clone()
+        return math.sqrt(total)
+
+
 @dataclasses.dataclass
 class PolicyUpdate:
     """The policies, their optimizers and the method: everything an update step touches."""
@@ -176,9 +198,10 @@ class PolicyUpdate:
         if not work_ids:  # every set of this step has advantage 0: its loss and gradient are 0
             return combine_micro_batches([{"loss": 0.0, "policy/loss": 0.0}])
         work = weighted.select_sets(work_ids)
-        packs = pack_sets(work, t.micro_batch_tokens)
+        packs, pack_sizes = self._packs(work)
         counter.plan(len(packs))
         parts: list[dict[str, float]] = []
+        by_size = GradientBySize(self.params) if pack_sizes is not None else None
         for j, micro_ids in enumerate(packs):
             micro = work.select_sets(micro_ids)
             out = self.logprobs(self.policies, micro, with_entropy=on_policy or t.entropy_alpha > 0)
@@ -193,8 +216,25 @@ class PolicyUpdate:
             parts.append(loss.metrics)
             if record is not None:  # the rollout batch's ids of this micro-batch's sets
                 record.add([set_ids[work_ids[i]] for i in micro_ids], loss.sets)
+            if by_size is not None and (j + 1 == len(packs) or pack_sizes[j + 1] != pack_sizes[j]):
+                parts.append({f"grad/k{pack_sizes[j]}/norm": by_size.since_last()})
             counter.micro_batch_done(j, len(packs))
         return combine_micro_batches(parts)
+
+    def _packs(self, work: FlatBatch) -> tuple[list[list[int]], list[int] | None]:
+        """The step's micro-batches (lists of WORK's set ids) and, under
+        train.grad_norm_by_set_size, the one set size of each (micro-batches then hold one size
+        each, sizes in increasing order); else (packs, None)."""
+        if not self.train.grad_norm_by_set_size:
+            return pack_sets(work, self.train.micro_batch_tokens), None
+        sizes = work.set_sizes.tolist()
+        packs, pack_sizes = [], []
+        for size in sorted(set(sizes)):
+            ids = [i for i, k in enumerate(sizes) if k == size]
+            for local in pack_sets(work.select_sets(ids), self.train.micro_batch_tokens):
+                packs.append([ids[i] for i in local])
+                pack_sizes.append(size)
+        return packs, pack_sizes
 
     def _optimizer_step(self, weighted: FlatBatch, grad_norms: dict[str, list[float]]) -> None:
         """Per policy: (all-reduce across ranks), clip the global gradient norm, AdamW, lr schedule."""

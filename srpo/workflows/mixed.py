@@ -19,9 +19,11 @@ from srpo.workflows.base import EpisodeContext, Workflow, WorkflowRun
 
 @dataclass
 class Mixed:
-    """components: (weight, workflow) pairs; weights > 0, normalized."""
+    """components: (weight, workflow) or (weight, workflow, label) tuples; weights > 0,
+    normalized. label: the name the component's episodes record (default: the workflow's
+    name); labels must be distinct, so one workflow can appear with two parameter sets."""
 
-    components: Sequence[tuple[float, Workflow]]
+    components: Sequence[tuple[float, Workflow] | tuple[float, Workflow, str]]
 
     name = "mixed"
     description = (
@@ -29,15 +31,19 @@ class Mixed:
     )
 
     def __post_init__(self) -> None:
-        self.components = [(float(w), wf) for w, wf in self.components]
         if not self.components:
             raise ValueError("mixed needs at least one component workflow")
-        for w, wf in self.components:
+        full = [(float(c[0]), c[1], c[2] if len(c) > 2 else c[1].name) for c in self.components]
+        for w, _, label in full:
             if not (math.isfinite(w) and w > 0):
-                raise ValueError(f"mixed: weight of {wf.name!r} must be finite and > 0, got {w}")
-        names = [wf.name for _, wf in self.components]
-        if len(set(names)) != len(names):
-            raise ValueError(f"mixed: component workflows must have distinct names, got {names}")
+                raise ValueError(f"mixed: weight of {label!r} must be finite and > 0, got {w}")
+        self.labels = [label for _, _, label in full]
+        if len(set(self.labels)) != len(self.labels):
+            raise ValueError(
+                f"mixed: component workflows must have distinct names, got {self.labels}; give "
+                "each a 'label' to use one workflow twice"
+            )
+        self.components = [(w, wf) for w, wf, _ in full]
 
     @property
     def agents(self) -> tuple[str, ...]:
@@ -53,12 +59,16 @@ class Mixed:
         return out
 
     def pick(self, task: Task, seed: int) -> Workflow:
+        return self.components[self._pick_index(task, seed)][1]
+
+    def _pick_index(self, task: Task, seed: int) -> int:
         rng = random.Random(f"{seed}/{task.task_id}/mixed")
         weights = [w for w, _ in self.components]
-        return rng.choices([wf for _, wf in self.components], weights=weights)[0]
+        return rng.choices(range(len(self.components)), weights=weights)[0]
 
     def run(self, task: Task, ctx: EpisodeContext) -> WorkflowRun:
-        chosen = self.pick(task, ctx.seed)
-        ctx.workflow_name = chosen.name
+        index = self._pick_index(task, ctx.seed)
+        chosen = self.components[index][1]
+        ctx.workflow_name = self.labels[index]
         ctx.metadata["mixed_from"] = self.name
         return (yield from chosen.run(task, ctx))

@@ -140,8 +140,10 @@ def build_workflow(name: str, params: Mapping[str, Any] | None = None) -> Workfl
 
 
 def _mixed(workflows: list[Mapping[str, Any]] | None = None) -> Mixed:
-    """workflows: [{"name": str, "weight": float, "params": {...}}, ...] (default: a mix of
-    single, parallel and routed with equal weights)."""
+    """workflows: [{"name": str, "weight": float, "params": {...}, "label": str}, ...] (default:
+    a mix of single, parallel and routed with equal weights). label: the name episodes of that
+    component record (default: the workflow's name); one workflow may appear twice with
+    different params under two labels, e.g. debates of 2 and of 4."""
     if workflows is None:
         workflows = [{"name": "single"}, {"name": "parallel"}, {"name": "routed"}]
     components = []
@@ -151,17 +153,20 @@ def _mixed(workflows: list[Mapping[str, Any]] | None = None) -> Mixed:
                 f"mixed.workflows[{i}] must be a mapping with 'name' (and optional 'weight', "
                 f"'params'), got {item!r}"
             )
-        extra = sorted(set(item) - {"name", "weight", "params"})
+        extra = sorted(set(item) - {"name", "weight", "params", "label"})
         if extra:
             raise ValueError(
-                f"mixed.workflows[{i}]: unknown key(s) {extra}; use name/weight/params"
+                f"mixed.workflows[{i}]: unknown key(s) {extra}; use name/weight/params/label"
             )
         if item["name"] == "mixed":
             raise ValueError("mixed.workflows cannot contain 'mixed' itself")
         weight = item.get("weight", 1.0)
         if isinstance(weight, bool) or not isinstance(weight, (int, float)):
             raise ValueError(f"mixed.workflows[{i}].weight must be a number, got {weight!r}")
-        components.append((float(weight), build_workflow(item["name"], item.get("params"))))
+        label = item.get("label", item["name"])
+        if not isinstance(label, str) or not label:
+            raise ValueError(f"mixed.workflows[{i}].label must be a non-empty string, got {label!r}")
+        components.append((float(weight), build_workflow(item["name"], item.get("params")), label))
     return Mixed(components)
 
 

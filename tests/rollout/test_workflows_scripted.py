@@ -206,6 +206,40 @@ def test_mixed_draws_per_task_and_mixes_set_sizes(tok):
     assert [e.workflow for e in other_seed] != [e.workflow for e in eps]
 
 
+def test_mixed_labels_let_one_workflow_appear_at_several_set_sizes(tok):
+    """Debates of 2, 3 and 4 in one mix (each its own label): every episode records its label,
+    and its vote's set has that label's size."""
+    wf = build_workflow("mixed", {"workflows": [
+        {"name": "single"},
+        *({"name": "debate", "label": f"debate-{n}", "params": {"debaters": ["debater"] * n, "rounds": 1}}
+          for n in (2, 3, 4)),
+    ]})
+    runner, _ = scripted_runner(tok)
+    eps = runner.run(make_tasks(32), wf, group_size=2).episodes
+    size_of = {"single": 1, "debate-2": 2, "debate-3": 3, "debate-4": 4}
+    assert {e.workflow for e in eps} == set(size_of)
+    for e in eps:
+        assert [s.size for s in e.transitions] == [size_of[e.workflow]]
+    # the labels do not change the draw: four unlabelled components with the same weights pick
+    # the same positions
+    plain = build_workflow("mixed", {"workflows": [
+        {"name": "single"}, {"name": "parallel"}, {"name": "debate"}, {"name": "pipeline"}]})
+    position = {"single": 0, "debate-2": 1, "debate-3": 2, "debate-4": 3,
+                "parallel": 1, "debate": 2, "pipeline": 3}
+    by_task = {e.task.task_id: position[e.workflow] for e in eps}
+    plain_eps = scripted_runner(tok)[0].run(make_tasks(32), plain, group_size=2).episodes
+    assert {e.task.task_id: position[e.workflow] for e in plain_eps} == by_task
+
+
+def test_mixed_refuses_a_repeated_or_empty_label():
+    with pytest.raises(ValueError, match="distinct names.*label"):
+        build_workflow("mixed", {"workflows": [{"name": "debate"}, {"name": "debate"}]})
+    with pytest.raises(ValueError, match=r"workflows\[1\]\.label must be a non-empty string"):
+        build_workflow("mixed", {"workflows": [{"name": "single"}, {"name": "debate", "label": ""}]})
+    with pytest.raises(ValueError, match="unknown key.*use name/weight/params/label"):
+        build_workflow("mixed", {"workflows": [{"name": "single", "lable": "x"}]})
+
+
 def test_episodes_feed_the_objective_unchanged(tok):
     """Mixed set sizes -> FlatBatch -> SRPO's per-set advantages grouped by task (and event)."""
     calls = Counter()

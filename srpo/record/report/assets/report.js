@@ -67,7 +67,10 @@
     { name: "clip fraction by set size", re: /^clip\/(k\d+|all)\/frac$/, on: true },
     { name: "set log-ratio by set size", re: /^set_ratio\/(k\d+|all)\/log_mean$/, on: true },
     { name: "set log-ratio std by set size", re: /^set_ratio\/(k\d+|all)\/log_std$/ },
+    { name: "own-unit log-ratio std by set size", re: /^ratio\/(k\d+|all)\/log_std$/ },
     { name: "grad norm per policy", re: /^grad_norm\/.+$/, on: true },
+    // train.grad_norm_by_set_size: the norm of each set size's part of the gradient
+    { name: "grad norm by set size", re: /^grad\/k\d+\/norm$/, on: true },
     { name: "phase timings (s)", re: /^time\/.+$/, on: true },
     { name: "tokens/s", re: /^throughput\/.+$/, on: true },
     { name: "advantage |A| by set size", re: /^adv\/(k\d+|all)\/abs_mean$/ },
