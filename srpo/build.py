@@ -96,6 +96,8 @@ def build_policies(model_cfg: ModelConfig, cfg: PoliciesConfig, device: str = "c
             model, tok, cfg.names, rank=lora.rank, alpha=lora.alpha, dropout=lora.dropout,
             target_modules=lora.target_modules,
         )
+        for name, folder in lora.init.items():
+            policies.load_adapter(name, folder)
     policies.compute_dtype = compute
     return policies
 

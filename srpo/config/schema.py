@@ -124,10 +124,19 @@ class LoraSection(_Section):
     alpha: Float = 16.0  # lora_alpha (scale = alpha / rank)
     dropout: Float = 0.0  # lora_dropout
     target_modules: str | List[str] = "all-linear"  # peft target_modules
+    # start a policy's adapter from trained weights instead of B = 0 (the base model): policy
+    # name -> a LoRA adapter folder in peft's layout (adapter_config.json and
+    # adapter_model.safetensors; a run writes one per policy to export/<policy>/lora), with the
+    # same rank, alpha and target modules as this section. Safetensors only; a resumed run
+    # continues from its own checkpoint instead
+    init: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _check(self) -> Self:
         positive("policies.lora.rank", self.rank)
+        for name, folder in self.init.items():
+            if not folder:
+                raise ConfigError(f"policies.lora.init.{name} is empty: name an adapter folder")
         if not 0 <= self.dropout < 1:
             raise ConfigError(f"policies.lora.dropout must be in [0, 1), got {self.dropout}")
         return self
@@ -164,6 +173,11 @@ class PoliciesConfig(_Section):
             )
         if self.models and self.kind != "separate":
             raise ConfigError("policies.models is only used with policies.kind = 'separate'")
+        unknown = sorted(set(self.lora.init) - set(self.names))
+        if unknown:
+            raise ConfigError(f"policies.lora.init names {unknown}, not in policies.names {self.names}")
+        if self.lora.init and self.kind != "lora":
+            raise ConfigError("policies.lora.init is only used with policies.kind = 'lora'")
         return self
 
 

@@ -16,8 +16,10 @@ parameters' requires_grad flags, which peft's `set_adapter` rewrites).
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from srpo.models.precision import adapter_inputs_uncast, compute_context
@@ -116,6 +118,52 @@ class PolicySet:
         for name in names[1:]:
             model.add_adapter(name, config)
         return cls([Policy(n, model, tokenizer, adapter=n) for n in names], "lora")
+
+    def load_adapter(self, name: str, folder: str | Path) -> None:
+        """Set LoRA policy `name`'s adapter to the weights in FOLDER, a peft adapter folder
+        (adapter_config.json, adapter_model.safetensors: what `export/<policy>/lora` of a run
+        holds, or peft's own `save_pretrained`). Its rank and alpha must be this adapter's, and
+        its tensors exactly this adapter's LoRA weights: anything else is an error naming what
+        differs. Reads safetensors only (no pickle)."""
+        from peft import get_peft_model_state_dict, set_peft_model_state_dict
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        policy = self[name]
+        if self.kind != "lora" or policy.adapter is None:
+            raise ValueError(f"policy {name!r} is not a LoRA adapter (policies.kind is {self.kind!r})")
+        folder = Path(folder)
+        config_path, weights_path = folder / "adapter_config.json", folder / "adapter_model.safetensors"
+        for path in (config_path, weights_path):
+            if not path.is_file():
+                raise FileNotFoundError(f"LoRA init of policy {name!r}: {path} does not exist (a peft "
+                                        "adapter folder holds adapter_config.json and adapter_model.safetensors)")
+        try:
+            saved = json.loads(config_path.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"LoRA init of policy {name!r}: {config_path} is not JSON ({e})") from None
+        mine = policy.model.peft_config[policy.adapter]
+        for key, want in (("r", mine.r), ("lora_alpha", mine.lora_alpha)):
+            if saved.get(key) != want:
+                raise ValueError(f"LoRA init of policy {name!r}: {config_path} has {key} = {saved.get(key)!r}, "
+                                 f"policy {name!r} has {want!r} (policies.lora)")
+        try:
+            tensors = load_file(str(weights_path))
+        except SafetensorError as e:
+            raise ValueError(f"LoRA init of policy {name!r}: {weights_path} is not a valid safetensors "
+                             f"file ({e})") from None
+        expected = get_peft_model_state_dict(policy.model, adapter_name=policy.adapter)
+        missing, extra = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
+        if missing or extra:
+            raise ValueError(f"LoRA init of policy {name!r}: {weights_path} does not hold this adapter's "
+                             f"weights (missing {missing[:3]}, unexpected {extra[:3]}; "
+                             f"{len(missing)} / {len(extra)} in all): other target modules or another base model?")
+        wrong = [k for k in expected if tensors[k].shape != expected[k].shape]
+        if wrong:
+            k = wrong[0]
+            raise ValueError(f"LoRA init of policy {name!r}: {k} has shape {tuple(tensors[k].shape)} in "
+                             f"{weights_path}, {tuple(expected[k].shape)} in the model")
+        set_peft_model_state_dict(policy.model, tensors, adapter_name=policy.adapter)
 
     @classmethod
     def scripted(cls, tokenizer: Any, names: Sequence[str] = ("shared",)) -> PolicySet:

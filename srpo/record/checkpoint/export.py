@@ -31,8 +31,10 @@ def export_policy(
     """Write a plain Hugging Face folder that `AutoModelForCausalLM.from_pretrained` loads.
 
     A peft model is merged on a deep copy (`merge_and_unload`), so the training model keeps its
-    adapters; `adapter` picks which one when it has several. The folder is filled in a temp
-    sibling and renamed into place. An existing out_dir is an error unless overwrite=True.
+    adapters; `adapter` picks which one when it has several. Its adapter alone is also written,
+    unmerged, in peft's own layout to out_dir/lora (adapter_config.json, adapter_model.safetensors:
+    what `PeftModel.from_pretrained` and `policies.lora.init` load). The folder is filled in a
+    temp sibling and renamed into place. An existing out_dir is an error unless overwrite=True.
     """
     out = Path(out_dir).absolute()
     if out.exists() and not overwrite:
@@ -45,7 +47,10 @@ def export_policy(
             adapter = adapters[0]
         if adapter not in adapters:
             raise ValueError(f"adapter {adapter!r} not in the model's adapters {adapters}")
+        lora = _adapter_files(model, adapter)
         model = copy.deepcopy(model).merge_and_unload(adapter_names=[adapter])
+    else:
+        lora = None
     with writing(out.parent):
         out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
@@ -55,7 +60,7 @@ def export_policy(
     shutil.rmtree(tmp, ignore_errors=True)
     earlier = out.exists()
     try:
-        _write_export(model, tokenizer, tmp, out)
+        _write_export(model, tokenizer, tmp, out, lora)
     except DiskFullError as e:
         # named as in the finished folder: the temp dir is gone by the time anyone reads this
         path = out / e.path.relative_to(tmp) if e.path.is_relative_to(tmp) else e.path
@@ -68,10 +73,35 @@ def export_policy(
     return out
 
 
-def _write_export(model: torch.nn.Module, tokenizer: Any | None, tmp: Path, out: Path) -> None:
-    """Fill `tmp` (weights, tokenizer, manifest) and rename it to `out`. The writers inside
-    transformers do not say which file a full disk stopped, so the newest file in `tmp` is named."""
-    for save in (model.save_pretrained, None if tokenizer is None else tokenizer.save_pretrained):
+def _adapter_files(model: Any, adapter: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """(adapter_config.json's content, adapter_model.safetensors' tensors) of one adapter, in
+    peft's layout (keys without the adapter name), taken before the merge."""
+    from peft import get_peft_model_state_dict
+
+    config = model.peft_config[adapter].to_dict()
+    # sets (target_modules after peft resolved "all-linear") are not JSON
+    config = {k: sorted(v) if isinstance(v, set) else v for k, v in config.items()}
+    tensors = {k: v.detach().cpu().contiguous()
+               for k, v in get_peft_model_state_dict(model, adapter_name=adapter).items()}
+    return config, tensors
+
+
+def _save_adapter(lora: tuple[dict[str, Any], dict[str, torch.Tensor]], folder: Path) -> None:
+    from safetensors.torch import save_file
+
+    folder.mkdir()
+    config, tensors = lora
+    (folder / "adapter_config.json").write_text(json.dumps(config, indent=1, default=str) + "\n")
+    save_file(tensors, str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
+
+
+def _write_export(model: torch.nn.Module, tokenizer: Any | None, tmp: Path, out: Path,
+                  lora: tuple[dict[str, Any], dict[str, torch.Tensor]] | None = None) -> None:
+    """Fill `tmp` (weights, the adapter alone, tokenizer, manifest) and rename it to `out`. The
+    writers inside transformers do not say which file a full disk stopped, so the newest file in
+    `tmp` is named."""
+    for save in (model.save_pretrained, None if tokenizer is None else tokenizer.save_pretrained,
+                 None if lora is None else (lambda folder: _save_adapter(lora, folder / "lora"))):
         if save is None:
             continue
         try:
