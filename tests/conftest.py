@@ -95,3 +95,28 @@ def random_logprob_pair(m: int, t: int, seed: int = 0, scale: float = 0.3, dtype
     old = -torch.rand(m, t, generator=g, dtype=dtype) * 3 - 0.1
     new = (old + scale * torch.randn(m, t, generator=g, dtype=dtype)).requires_grad_(True)
     return new, old
+
+
+class FakeEntryPoint:
+    """An installed entry point as importlib.metadata gives it: a name, a value, load()."""
+
+    def __init__(self, name, value, obj):
+        self.name, self.value, self._obj = name, value, obj
+
+    def load(self):
+        return self._obj
+
+
+@pytest.fixture
+def no_entry_points(monkeypatch):
+    """As in an environment where srpo is not installed: no entry point in any group and nothing
+    registered with the backend and task-pack lookups. Returns the list of "installed" entry
+    points: append a FakeEntryPoint to install one."""
+    from srpo import packs, plugins
+    from srpo.rollout import backends
+
+    found = []
+    monkeypatch.setattr(plugins, "entry_points", lambda group: list(found))  # srpo.plugins' lookup
+    monkeypatch.setattr(backends.BACKENDS, "_registered", {})
+    monkeypatch.setattr(packs.PACKS, "_registered", {})
+    return found

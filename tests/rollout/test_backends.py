@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import FakeEntryPoint
 from pydantic import field_validator
 
-from srpo import plugins
 from srpo.build import build_backend, build_rollout, load_tasks
 from srpo.config import Config, ConfigError, from_dict, load_config, to_dict
 from srpo.config.presets import PRESETS_DIR, preset_names
@@ -25,23 +25,6 @@ from srpo.rollout.backends.hf import HFSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "srpo" / "presets" / "smoke.yaml"
-
-
-class _FakeEntryPoint:
-    def __init__(self, name, value, obj):
-        self.name, self.value, self._obj = name, value, obj
-
-    def load(self):
-        return self._obj
-
-
-@pytest.fixture
-def no_entry_points(monkeypatch):
-    """As in an environment where srpo is not installed: no entry point, nothing registered."""
-    found = []
-    monkeypatch.setattr(plugins, "entry_points", lambda group: list(found))  # srpo.plugins' lookup
-    monkeypatch.setattr(backends.BACKENDS, "_registered", {})
-    return found
 
 
 class EchoSettings(BackendSettings):
@@ -95,7 +78,7 @@ def test_an_unknown_engine_names_the_known_ones_and_the_closest(no_entry_points)
 
 
 def test_a_third_party_engine_comes_through_entry_points(no_entry_points, policies):
-    no_entry_points.append(_FakeEntryPoint("echo", "their_pkg:BACKEND", ECHO))
+    no_entry_points.append(FakeEntryPoint("echo", "their_pkg:BACKEND", ECHO))
     assert known_backend_names() == ["ctranslate2", "echo", "hf"]
     cfg = load_config(SMOKE, ["rollout.backend=echo", "rollout.echo.reply=four"])
     assert to_dict(cfg)["rollout"]["echo"] == {"reply": "four"}
@@ -114,12 +97,12 @@ def test_a_third_party_engine_comes_through_entry_points(no_entry_points, polici
 
 def test_an_installed_entry_point_wins_over_the_fallback(no_entry_points):
     other = BackendSpec(name="hf", description="replaced", build=_build_echo)
-    no_entry_points.append(_FakeEntryPoint("hf", "their_pkg:BACKEND", other))
+    no_entry_points.append(FakeEntryPoint("hf", "their_pkg:BACKEND", other))
     assert get_backend("hf") is other
 
 
 def test_an_entry_point_must_give_an_engine(no_entry_points):
-    no_entry_points.append(_FakeEntryPoint("bad", "their_pkg:BACKEND", {"name": "bad"}))
+    no_entry_points.append(FakeEntryPoint("bad", "their_pkg:BACKEND", {"name": "bad"}))
     with pytest.raises(ConfigError, match=r"rollout\.backend: generation backend 'bad' \(entry point\) is a dict, "
                                           r"not a srpo\.rollout\.backends\.BackendSpec value"):
         load_config(SMOKE, ["rollout.backend=bad"])

@@ -8,28 +8,12 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from conftest import FakeEntryPoint
 
-from srpo import packs, plugins
+from srpo import packs
 from srpo.packs import TaskPack
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class _FakeEntryPoint:
-    def __init__(self, name, value, obj):
-        self.name, self.value, self._obj = name, value, obj
-
-    def load(self):
-        return self._obj
-
-
-@pytest.fixture
-def no_entry_points(monkeypatch):
-    """As in an environment where srpo is not installed: no entry point, nothing registered."""
-    found = []
-    monkeypatch.setattr(plugins, "entry_points", lambda group: list(found))  # srpo.plugins' lookup
-    monkeypatch.setattr(packs.PACKS, "_registered", {})
-    return found
 
 
 def test_the_fallback_names_what_pyproject_declares():
@@ -59,7 +43,7 @@ def test_unknown_names_still_list_the_builtin_packs(no_entry_points):
 def test_third_party_packs_still_come_through_entry_points(no_entry_points):
     mine = TaskPack(name="mine", description="a third party's", load_tasks=lambda c, s, n: [],
                     make_reward=lambda c: (lambda task, text: 0.0))
-    no_entry_points.append(_FakeEntryPoint("mine", "their_pkg:PACK", mine))
+    no_entry_points.append(FakeEntryPoint("mine", "their_pkg:PACK", mine))
     assert packs.known_pack_names() == ["math", "mine", "search", "testbed"]
     assert packs.get_pack("mine") is mine
 
@@ -67,7 +51,7 @@ def test_third_party_packs_still_come_through_entry_points(no_entry_points):
 def test_an_installed_entry_point_wins_over_the_fallback(no_entry_points):
     other = TaskPack(name="math", description="replaced", load_tasks=lambda c, s, n: [],
                      make_reward=lambda c: (lambda task, text: 0.0))
-    no_entry_points.append(_FakeEntryPoint("math", "their_pkg:PACK", other))
+    no_entry_points.append(FakeEntryPoint("math", "their_pkg:PACK", other))
     assert packs.get_pack("math") is other
 
 

@@ -5,17 +5,10 @@ finds, the unknown-name error, and the four users on the same helper."""
 from __future__ import annotations
 
 import pytest
+from conftest import FakeEntryPoint
 
 from srpo import plugins
 from srpo.plugins import Registry
-
-
-class _EntryPoint:
-    def __init__(self, name, value, obj):
-        self.name, self.value, self._obj = name, value, obj
-
-    def load(self):
-        return self._obj
 
 
 def _accept(obj, name, where):
@@ -40,7 +33,7 @@ def test_order_registered_then_installed_then_builtin(installed, tmp_path):
     reg = _registry(builtins={"pi": "math:pi", "e": "math:e"})
     with pytest.raises(ValueError, match=r"number 'pi' \(math:pi\) is a float, not an int"):
         reg.get("pi")  # a built-in reference is checked like anything else
-    installed.append(_EntryPoint("pi", "their_pkg:PI", 3))
+    installed.append(FakeEntryPoint("pi", "their_pkg:PI", 3))
     assert reg.get("pi") == 3  # an installed entry point wins over the built-in reference
     reg.register("pi", 4)
     assert reg.get("pi") == 4  # and what is registered wins over both
@@ -70,7 +63,7 @@ def test_references_only_where_the_registry_takes_them(installed, tmp_path):
 
 
 def test_an_unknown_name_gets_the_closest_and_every_known_one(installed):
-    installed.append(_EntryPoint("seven", "their_pkg:SEVEN", 7))
+    installed.append(FakeEntryPoint("seven", "their_pkg:SEVEN", 7))
     reg = _registry(references=True, key="numbers.pick")
     reg.register("eight", 8)
     with pytest.raises(ValueError, match=r"^unknown number 'sevn' \(numbers.pick\); did you mean 'seven'\? "
