@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -73,7 +74,8 @@ def _rehash(ckpt: Path) -> None:
 
 
 def _rehash_export(folder: Path) -> None:
-    files = {p.name: ck._sha256(p) for p in sorted(folder.iterdir()) if p.name != EXPORT_MANIFEST}
+    files = {p.relative_to(folder).as_posix(): ck._sha256(p) for p in sorted(folder.rglob("*"))
+             if p.is_file() and p.name != EXPORT_MANIFEST}
     (folder / EXPORT_MANIFEST).write_text(json.dumps({"files": files}))
 
 
@@ -424,6 +426,33 @@ def test_an_exceeded_quota_counts_as_a_full_disk(tmp_path):
     with pytest.raises(ValueError, match="not a disk"), writing(tmp_path):
         raise ValueError("not a disk error")
     assert atomic_write_text(tmp_path / "x.txt", "hi").read_text() == "hi" and _temporaries(tmp_path) == []
+
+
+@pytest.mark.parametrize("name", ["../../../../etc/hostname", "/etc/hostname", "lora/../../x.pt", "lora//x", ".."])
+def test_an_export_manifest_listing_a_path_outside_its_folder_is_refused_before_reading_it(trained, tmp_path, name):
+    """An export's manifest may list files in a subfolder (lora/adapter_model.safetensors), never
+    a path out of the folder."""
+    export = tmp_path / "export"
+    shutil.copytree(trained / "export" / "shared", export)
+    manifest = json.loads((export / "srpo_export.json").read_text())
+    manifest["files"][name] = "0" * 64
+    (export / "srpo_export.json").write_text(json.dumps(manifest))
+    with pytest.raises(CorruptCheckpointError,
+                       match=rf"srpo_export.json lists {re.escape(repr(name))}, which is not a file of the export"):
+        verify_export(export)
+
+
+def test_an_export_manifest_checks_the_files_of_its_subfolders(trained, tmp_path):
+    export = tmp_path / "export"
+    shutil.copytree(trained / "export" / "shared", export)
+    (export / "lora").mkdir()
+    (export / "lora" / "adapter_model.safetensors").write_bytes(b"x")
+    with pytest.raises(CorruptCheckpointError, match="lora/adapter_model.safetensors is not listed"):
+        verify_export(export)
+    _rehash_export(export)  # listed now, with its checksum
+    (export / "lora" / "adapter_model.safetensors").write_bytes(b"y")
+    with pytest.raises(CorruptCheckpointError, match="checksum mismatch for .*lora/adapter_model.safetensors"):
+        verify_export(export)
 
 
 @pytest.mark.parametrize("name", ["../../../../etc/hostname", "/etc/hostname", "sub/x.pt", ".."])

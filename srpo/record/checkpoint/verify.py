@@ -80,7 +80,7 @@ def verify_export(folder: str | Path, *, allow_missing_manifest: bool = False) -
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise CorruptCheckpointError(f"{manifest} cannot be read: {e}") from None
     _check_listed(folder, manifest, files)
-    _check_files(folder, files)
+    _check_files(folder, files, marker=manifest, nested=True)
     _check_headers(folder)
     return True
 
@@ -191,17 +191,29 @@ def _check_names(what: str, ckpt: Path, expected: set[str], saved: set[str]) -> 
     raise CheckpointMismatchError(f"{what} differ from checkpoint {ckpt}: " + "; ".join(parts))
 
 
-def _check_files(ckpt: Path, files: Mapping[str, str]) -> None:
+def _inside(name: str, *, nested: bool) -> bool:
+    """Whether a listed name is a file inside the folder: a plain name, or with nested=True (an
+    export's lora/ folder) a relative path of plain names; never absolute, never through '..'."""
+    parts = name.split("/")
+    if not nested and len(parts) != 1:
+        return False
+    return all(part not in ("", ".", "..") and Path(part).name == part for part in parts)
+
+
+def _check_files(ckpt: Path, files: Mapping[str, str], *, marker: Path | None = None,
+                 nested: bool = False) -> None:
+    """Every listed file exists inside CKPT with its checksum. marker: the file that lists them
+    (default: the checkpoint's STATE_FILE); nested: names may hold subfolders (exports)."""
+    marker = ckpt / STATE_FILE if marker is None else marker
     if not isinstance(files, Mapping):
-        raise CorruptCheckpointError(f"{ckpt / STATE_FILE}: 'files' must map file names to checksums")
+        raise CorruptCheckpointError(f"{marker}: 'files' must map file names to checksums")
     for name, digest in files.items():
-        # srpo writes plain names of files inside the checkpoint; anything else (a path out of it,
-        # e.g. '../../x', which would have its checksum read) is a crafted marker
-        if (not isinstance(name, str) or not isinstance(digest, str) or Path(name).name != name
-                or name in ("", ".", "..")):
+        # srpo writes names of files inside the folder; anything else (a path out of it, e.g.
+        # '../../x' or '/etc/x', which would have its checksum read) is a crafted marker
+        if not isinstance(name, str) or not isinstance(digest, str) or not _inside(name, nested=nested):
             raise CorruptCheckpointError(
-                f"{ckpt / STATE_FILE} lists {name!r}, which is not a file of the checkpoint: the "
-                f"marker was altered or written by something else"
+                f"{marker} lists {name!r}, which is not a file of the {'export' if nested else 'checkpoint'}: "
+                f"the marker was altered or written by something else"
             )
         path = ckpt / name
         if not path.is_file():
