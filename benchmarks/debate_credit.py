@@ -209,6 +209,42 @@ def arm_difference(rows: list[dict], arm: str, other: str) -> dict | None:
             "p": sign_flip_p(diffs) if len(diffs) <= 20 else None}
 
 
+def e4_summary(rows: list[dict]) -> list[dict]:
+    """E4 (exploratory, docs/results.md "Credit in debate"): per study arm and task, over seeds,
+    the mean paired change with its 95% t-interval, runs with a significant gain / loss
+    (McNemar p < 0.05), the mean held-out top-answer share after, the mean training cut share
+    of the last step and the mean episodes generated."""
+    out = []
+    for arm in STUDY_ARMS:
+        for task in STUDY_TASKS:
+            mine = [r for r in rows if r["arm"] == arm and r["task"] == task]
+            if not mine:
+                continue
+            change = t_interval([100 * r["heldout"]["diff"] for r in mine])
+            tops = [r["after"]["top_answer_share"] for r in mine if r["after"]["top_answer_share"] is not None]
+            cuts = [r["train_cut_share_per_step"][-1] for r in mine if r["train_cut_share_per_step"]]
+            out.append({"arm": arm, "task": task, "seeds": len(mine), "change": change.estimate,
+                        "low": change.low, "high": change.high,
+                        "gains": sum(r["heldout"]["diff"] > 0 and r["heldout"]["p"] < 0.05 for r in mine),
+                        "losses": sum(r["heldout"]["diff"] < 0 and r["heldout"]["p"] < 0.05 for r in mine),
+                        "top_answer_share_after": sum(tops) / len(tops) if tops else None,
+                        "last_step_cut_share": sum(cuts) / len(cuts) if cuts else None,
+                        "episodes_generated": sum(r["episodes_generated"] for r in mine) / len(mine)})
+    return out
+
+
+def e4_markdown(summary: list[dict]) -> str:
+    lines = ["| arm | task | seeds | mean change, points [95% CI] | significant gains / losses | "
+             "top answer share after | training cut share, last step | episodes generated |",
+             "|---|---|---|---|---|---|---|---|"]
+    pct = lambda x: "-" if x is None else f"{100 * x:.0f}%"
+    for e in sorted(summary, key=lambda e: (e["task"], STUDY_ARMS.index(e["arm"]))):
+        lines.append(f"| {e['arm']} | {e['task']} | {e['seeds']} | {e['change']:+.1f} [{e['low']:+.1f}, "
+                     f"{e['high']:+.1f}] | {e['gains']} / {e['losses']} | {pct(e['top_answer_share_after'])} | "
+                     f"{pct(e['last_step_cut_share'])} | {e['episodes_generated']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown(rows: list[dict], tests: dict) -> str:
     lines = [("| arm | task | seed | before | after | change [95% CI] | p | cut share before -> after "
               "| top answer share before -> after | informative tasks a step | commit |"),
@@ -275,6 +311,11 @@ def main() -> None:
     (out / "tests.json").write_text(json.dumps(tests, indent=1))
     (out / "table.md").write_text(markdown(rows, tests))
     print((out / "table.md").read_text())
+    summary = e4_summary(rows)
+    if summary:
+        (out / "e4.json").write_text(json.dumps(summary, indent=1))
+        (out / "e4.md").write_text(e4_markdown(summary))
+        print(e4_markdown(summary))
     if args.target:
         verdicts = [target_verdict(rows, arm) for arm in args.target]
         (out / "target.json").write_text(json.dumps(verdicts, indent=1))
