@@ -2,10 +2,10 @@
 memory, the held-out change per seed with its McNemar p, and each transition's sets by size.
 
 Each run is `srpo train <preset>` with only `seed` (and `train.threads`) set, in a fresh
-process. Wall times mean something only for runs made alone (`--jobs 1`, the preset's own
-threads: `--threads 0` keeps them); for held-out changes, runs may go side by side at one thread
-each (`--jobs 2 --threads 1`); the record says which (`jobs`, `threads`), and the table prints a
-wall time only for runs made alone.
+process. Wall times mean something only for runs made alone (`--jobs 1` on an otherwise idle
+machine, the preset's own threads: `--threads 0` keeps them), given to `analyze` as
+`--alone-dir`; for held-out changes, runs may go side by side at one thread each (`--jobs 2
+--threads 1`); each record says how it was made (`jobs`, `threads`).
 
     .venv/bin/python benchmarks/presets_table.py run --presets math/single math/debate \\
         --seeds 0 1 2 --runs-dir /tmp/presets --jobs 2 --threads 1
@@ -123,8 +123,9 @@ def main() -> None:
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             list(pool.map(lambda c: one(*c, args.runs_dir, args.threads, args.jobs), cells))
         return
+    # wall times only from --alone-dir: a run made with --jobs 1 may still have had other
+    # processes beside it; the person who made the runs says which were alone
     rows, alone = _rows(args.runs_dir), _rows(args.alone_dir)
-    alone = alone or [r for r in rows if r["jobs"] == 1]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "rows.json").write_text(json.dumps({"rows": rows, "alone": alone}, indent=1))
     (args.out / "table.md").write_text(markdown(rows, alone))
