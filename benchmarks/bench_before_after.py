@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from srpo.record.accuracy import paired_comparison
@@ -64,6 +65,13 @@ def run_side(name: str, code: Path, config: str | None, overrides: list[str], ou
     done.write_text(json.dumps(out, indent=1))
     print(f"[{name}] {wall / 60:.1f} min, {out['peak_rss_gb']:.1f} GB, {out['steps']} steps", flush=True)
     return out
+
+
+def run_cells(cells: list[tuple], run_one, jobs: int) -> list:
+    """run_one(*cell) for every cell, JOBS at a time (threads, each waiting on its own `srpo
+    train` process), started in the given order; their results in that order."""
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(lambda cell: run_one(*cell), cells))
 
 
 def metric_rows(run_dir: Path) -> list[dict]:

@@ -31,11 +31,10 @@ import argparse
 import gzip
 import json
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_before_after import ROOT, metric_rows, run_side
+from bench_before_after import ROOT, metric_rows, run_cells, run_side
 from provenance import provenance
 
 from srpo_lab.stats import holm, sign_flip_p, t_interval
@@ -295,8 +294,7 @@ def main() -> None:
         runs_dir.mkdir(parents=True, exist_ok=True)
         # seed-major, then task, then arm: a queue cut short leaves whole (task, seed) pairs
         jobs = [(arm, t, s) for s in args.seeds for t in args.tasks for arm in args.arms]
-        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            list(pool.map(lambda j: one(*j, runs_dir), jobs))
+        run_cells(jobs, lambda arm, task, seed: one(arm, task, seed, runs_dir), args.jobs)
         return
     rows = [one(*name_parts(f.stem), runs_dir) for f in sorted(runs_dir.glob("*-seed*.json"))
             if name_parts(f.stem) is not None]

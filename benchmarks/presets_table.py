@@ -26,11 +26,10 @@ import gzip
 import json
 import sys
 from collections import Counter, defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_before_after import ROOT, run_side
+from bench_before_after import ROOT, run_cells, run_side
 
 MATH_PRESETS = ("math/single", "math/parallel", "math/pipeline", "math/debate", "math/planner",
                 "math/mixed", "math/routed")
@@ -120,8 +119,7 @@ def main() -> None:
     if args.cmd == "run":
         args.runs_dir.mkdir(parents=True, exist_ok=True)
         cells = [(preset, s) for s in args.seeds for preset in args.presets]  # seed-major
-        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            list(pool.map(lambda c: one(*c, args.runs_dir, args.threads, args.jobs), cells))
+        run_cells(cells, lambda preset, seed: one(preset, seed, args.runs_dir, args.threads, args.jobs), args.jobs)
         return
     # wall times only from --alone-dir: a run made with --jobs 1 may still have had other
     # processes beside it; the person who made the runs says which were alone

@@ -24,11 +24,10 @@ import argparse
 import json
 import math
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_before_after import ROOT, metric_rows, run_side
+from bench_before_after import ROOT, metric_rows, run_cells, run_side
 
 from srpo_lab.stats import slope, t_interval
 
@@ -215,8 +214,7 @@ def main() -> None:
     if args.cmd == "run":
         args.runs_dir.mkdir(parents=True, exist_ok=True)
         cells = [(red, s) for s in args.seeds for red in args.reductions]  # seed-major
-        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            list(pool.map(lambda cell: one(*cell, args.runs_dir), cells))
+        run_cells(cells, lambda red, seed: one(red, seed, args.runs_dir), args.jobs)
         return
     rows = []
     for rec_path in sorted(args.runs_dir.glob("*-seed*.json")):

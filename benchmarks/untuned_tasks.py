@@ -18,11 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_before_after import ROOT, metric_rows, run_side
+from bench_before_after import ROOT, metric_rows, run_cells, run_side
 from provenance import provenance
 
 # tasks no preset uses, at a difficulty where the base model is right 10-25% of the time
@@ -77,8 +76,7 @@ def main() -> None:
     runs_dir = Path(args.runs_dir)
     runs_dir.mkdir(parents=True, exist_ok=True)
     jobs = [(t, s) for s in args.seeds for t in args.tasks]
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        runs = list(pool.map(lambda ts: one(ts[0], ts[1], args.overrides, runs_dir), jobs))
+    runs = run_cells(jobs, lambda task, seed: one(task, seed, args.overrides, runs_dir), args.jobs)
     out = {"what": "the default job with only task.dataset, task.difficulty and task.train_size "
                    f"changed (train.threads=1, {args.jobs} runs side by side: no wall time)",
            "written_by": provenance(ROOT), "runs": runs}
