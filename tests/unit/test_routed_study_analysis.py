@@ -1,0 +1,114 @@
+"""benchmarks/routed_study.py's analysis: the preregistered R1 (docs/results.md, "Routing: a
+router that routes") on made-up run folders whose answers and routes are known, the route table,
+and the verdict rule at its edges."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+_spec = importlib.util.spec_from_file_location("routed_study", ROOT / "benchmarks" / "routed_study.py")
+rs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(rs)
+
+N = 200  # held-out problems: ids p000.., the first half number_sequence, the second aiw
+
+
+def kind(i: int) -> str:
+    return "number_sequence" if i < N // 2 else "aiw"
+
+
+def write_run(runs_dir: Path, name: str, right: dict[str, set[int]], route: dict[str, callable]) -> None:
+    """A finished run: eval/{before,after}.json (task_ids, correct) and its episodes (kind, route)."""
+    run = runs_dir / name
+    (run / "eval").mkdir(parents=True)
+    ids = [f"p{i:03d}" for i in range(N)]
+    for when in ("before", "after"):
+        correct = [i in right[when] for i in range(N)]
+        (run / "eval" / f"{when}.json").write_text(json.dumps({"task_ids": ids, "correct": correct}))
+        with gzip.open(run / "eval" / f"{when}.episodes.jsonl.gz", "wt", encoding="utf-8") as f:
+            for i in range(N):
+                chosen = route[when](i)
+                meta = {"route_invalid": int(chosen is None), "route": [chosen or "sequence_expert"]}
+                f.write(json.dumps({"task_id": ids[i], "task_kind": kind(i), "metadata": meta,
+                                    "reward_components": {"correct": float(correct[i])}}) + "\n")
+    (runs_dir / f"{name}.json").write_text(json.dumps({"commit": "abc", "dirty": False, "wall_seconds": 60.0,
+                                                       "peak_rss_gb": 3.0}))
+
+
+def study(tmp_path: Path, routed_after_extra: list[int], seeds=(0, 1, 2)) -> dict:
+    """Fixed arm right on problems 100-149 (aiw) after; the routed arm right on the same plus
+    `routed_after_extra`. The routed router sends everything to the first expert before, and by
+    kind after, except problem 0 (invalid) and 150 (the wrong expert)."""
+    def by_kind(i):
+        return None if i == 0 else "sequence_expert" if i == 150 else rs.OWN_EXPERT[kind(i)]
+
+    for seed in seeds:
+        fixed = {"before": set(range(100, 140)), "after": set(range(100, 150))}
+        routed = {"before": set(range(20)), "after": set(range(100, 150)) | set(routed_after_extra)}
+        write_run(tmp_path, f"fixed-seed{seed}", fixed, {"before": lambda i: "word_problem_expert",
+                                                         "after": lambda i: "word_problem_expert"})
+        write_run(tmp_path, f"routed-seed{seed}", routed, {"before": lambda i: "sequence_expert", "after": by_kind})
+    return rs.analyze(tmp_path, list(seeds))
+
+
+def test_r1_is_routed_against_fixed_on_the_same_problems(tmp_path):
+    result = study(tmp_path, routed_after_extra=list(range(1, 21)))  # 20 more right, none fewer
+    t = result["tests"][0]
+    assert (t["a"], t["b"]) == (50 / N, 70 / N)
+    assert t["diff"] == pytest.approx(20 / N) and (t["gained"], t["lost"]) == (20, 0)
+    assert t["p"] == pytest.approx(2 * 0.5**20)  # exact McNemar: 20 discordant, all one way
+    assert result["R1"] == "supported"
+
+
+def test_the_route_table_counts_each_kind_and_invalid_replies(tmp_path):
+    result = study(tmp_path, routed_after_extra=[])
+    routed = next(r for r in result["rows"] if r["arm"] == "routed")
+    assert routed["routes"]["before"] == {"aiw": {"sequence_expert": 100},
+                                          "number_sequence": {"sequence_expert": 100}}
+    assert routed["routes"]["after"] == {"aiw": {"sequence_expert": 1, "word_problem_expert": 99},
+                                         "number_sequence": {"invalid": 1, "sequence_expert": 99}}
+    assert routed["own_expert_share"]["after"] == {"aiw": 0.99, "number_sequence": 0.99}
+    assert routed["own_expert_share"]["before"] == {"aiw": 0.0, "number_sequence": 1.0}
+    assert routed["by_kind"]["after"] == {"aiw": 0.5, "number_sequence": 0.0}
+
+
+@pytest.mark.parametrize(("extra", "p", "verdict"), [
+    ([], 1.0, "refuted"),                         # a tie on every seed: routed not ahead on 2 of 3
+    (list(range(1, 9)), 2 / 2**8, "supported"),   # ahead by 8 discordant problems: p = 0.0078
+    (list(range(1, 7)), 2 / 2**6, "undecided"),   # ahead by 6: p = 0.031, not below 0.01
+])
+def test_the_verdict_rule_at_its_edges(tmp_path, extra, p, verdict):
+    result = study(tmp_path, routed_after_extra=extra)
+    assert result["tests"][0]["p"] == pytest.approx(p)
+    assert result["R1"] == verdict
+
+
+def test_fewer_than_three_seeds_is_not_supported(tmp_path):
+    assert study(tmp_path, routed_after_extra=list(range(1, 21)), seeds=(0, 1))["R1"] == "undecided"
+
+
+def test_fixed_significantly_ahead_on_one_seed_refutes(tmp_path):
+    study(tmp_path, routed_after_extra=list(range(1, 21)), seeds=(0, 1))
+    # seed 2: the fixed arm as before, the routed arm right on 30 of the fixed arm's 50 only
+    fixed = {"before": set(range(100, 140)), "after": set(range(100, 150))}
+    write_run(tmp_path, "fixed-seed2", fixed, {"before": lambda i: "word_problem_expert",
+                                               "after": lambda i: "word_problem_expert"})
+    write_run(tmp_path, "routed-seed2", {"before": set(), "after": set(range(120, 150))},
+              {"before": lambda i: "sequence_expert", "after": lambda i: rs.OWN_EXPERT[kind(i)]})
+    result = rs.analyze(tmp_path, [0, 1, 2])
+    assert [t["met"] for t in result["tests"]] == [True, True, False]
+    assert result["tests"][2]["fixed_significantly_better"] and result["R1"] == "refuted"
+
+
+def test_different_problems_in_the_two_arms_is_an_error():
+    a = {f"p{i}": True for i in range(3)}
+    with pytest.raises(SystemExit, match="different held-out problems"):
+        rs.compare(a, {f"q{i}": True for i in range(3)})
