@@ -136,8 +136,11 @@ class PolicySet:
         config_path, weights_path = folder / "adapter_config.json", folder / "adapter_model.safetensors"
         for path in (config_path, weights_path):
             if not path.is_file():
-                raise FileNotFoundError(f"LoRA init of policy {name!r}: {path} does not exist (a peft "
-                                        "adapter folder holds adapter_config.json and adapter_model.safetensors)")
+                raise FileNotFoundError(
+                    f"LoRA init of policy {name!r}: {path} does not exist (a peft adapter folder holds "
+                    "adapter_config.json and adapter_model.safetensors; a run's is <run>/export/<policy>/lora). "
+                    "Train that adapter first: a preset that starts from one says how in its header "
+                    "(math/routed: bash scripts/train_routed_experts.sh)")
         try:
             saved = json.loads(config_path.read_text())
         except json.JSONDecodeError as e:

@@ -73,7 +73,8 @@ def test_an_adapter_started_from_the_export_is_the_trained_policy(trained, tmp_p
 
 def test_a_wrong_adapter_folder_is_an_error_that_names_it(trained, tmp_path):
     lora = trained / "export" / "aggregator" / "lora"
-    with pytest.raises(FileNotFoundError, match="adapter_config.json does not exist"):
+    # a missing folder says what it must hold and how a preset's adapters are made
+    with pytest.raises(FileNotFoundError, match=r"adapter_config.json does not exist .*Train that adapter first"):
         _policies(tmp_path / "a", f"policies.lora.init={{aggregator: {tmp_path / 'nowhere'}}}")
     with pytest.raises(ValueError, match="has r = 4, policy 'aggregator' has 8"):
         _policies(tmp_path / "b", "policies.lora.rank=8", f"policies.lora.init={{aggregator: {lora}}}")
