@@ -12,6 +12,8 @@ comma-separated list of distinct expert names, between min_experts and max_exper
 and nothing else. Anything else is an invalid choice: the `fallback` experts act instead, the
 episode gets the reward component route_penalty = -penalty (0.0 when valid, so every episode
 carries it), and episode.metadata records route_invalid = 1 and route_error (the reason).
+Every episode's metadata also records routed_to/<expert> (1 if that expert acted, else 0):
+a step's metrics average them into the share of episodes routed to each expert.
 """
 
 from __future__ import annotations
@@ -183,6 +185,10 @@ class Routed(GenericRoles):
                 ctx.metadata["route_invalid"] = 1
                 ctx.metadata["route_error"] = str(e)
         ctx.metadata["route"] = chosen
+        # one 0/1 number per expert: averaged over a step's episodes, the share routed to it
+        # (`episode/routed_to/<expert>`), so a router that stops choosing an expert shows
+        for expert in self.experts:
+            ctx.metadata[f"routed_to/{expert}"] = int(expert in chosen)
         answers = yield [Request(e, self.expert_prompt.format(question=q)) for e in chosen]
         if self.aggregator is None:
             # the vote reads the answers that state one; a cut answer is not consumed by it

@@ -12,6 +12,7 @@ from rollout_helpers import default_script, make_tasks, scripted_runner, tok  # 
 
 from srpo.batch import build_flat_batch
 from srpo.objective import get_method, prepare_step
+from srpo.rollout import rollout_metrics
 from srpo.workflows import build_workflow, parse_plan
 
 # MathReward(correct_weight=1.0, format_weight=0.1, format_rule="any") on "\boxed{4}" with gold
@@ -178,6 +179,10 @@ def test_routed_set_sizes_follow_the_router(tok):
         ["checker"], ["algebra_expert", "checker"], ["arithmetic_expert", "algebra_expert", "checker"]
     ]
     assert all(e.metadata["route_invalid"] == 0 for e in eps)
+    # the share routed to each expert: checker acts in all 6 episodes, algebra in 4, arithmetic in 2
+    m = rollout_metrics(eps)
+    assert (m["episode/routed_to/checker"], m["episode/routed_to/algebra_expert"],
+            m["episode/routed_to/arithmetic_expert"]) == pytest.approx((1.0, 4 / 6, 2 / 6))
     batch = build_flat_batch(eps, pad_token_id=tok.pad_token_id)
     assert sorted(set(batch.set_sizes.tolist())) == [1, 2, 3]
 
