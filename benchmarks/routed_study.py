@@ -80,6 +80,21 @@ def own_expert_share(table: dict[str, dict[str, int]]) -> dict[str, float]:
     return {kind: c.get(OWN_EXPERT.get(kind, ""), 0) / sum(c.values()) for kind, c in table.items()}
 
 
+def training_routes(run_dir: Path) -> list[dict[str, float | None]]:
+    """Per training step, per kind: the share of the step's trained episodes (the run's
+    episodes/step-*.jsonl.gz) routed to the kind's own expert (None: no episode of that kind)."""
+    out = []
+    for path in sorted((run_dir / "episodes").glob("step-*.jsonl.gz")):
+        own: dict[str, list[bool]] = defaultdict(list)
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            for line in f:
+                ep = json.loads(line)
+                kind = ep.get("task_kind", "-")
+                own[kind].append(ep["metadata"]["route"] == [OWN_EXPERT.get(kind)])
+        out.append({kind: (sum(own[kind]) / len(own[kind]) if own[kind] else None) for kind in OWN_EXPERT})
+    return out
+
+
 def accuracy_by_kind(run_dir: Path, when: str) -> dict[str, float]:
     right: dict[str, list[bool]] = defaultdict(list)
     with gzip.open(run_dir / "eval" / f"{when}.episodes.jsonl.gz", "rt", encoding="utf-8") as f:
@@ -112,6 +127,7 @@ def analyze(runs_dir: Path, seeds: list[int]) -> dict:
             if arm == "routed":
                 row["routes"] = {w: routes(d, w) for w in ("before", "after")}
                 row["own_expert_share"] = {w: own_expert_share(row["routes"][w]) for w in ("before", "after")}
+                row["training_own_expert_share"] = training_routes(d)
             rows.append(row)
         r1 = compare(evaluation(dirs["fixed"], "after"), evaluation(dirs["routed"], "after"))
         tests.append({"seed": seed, "test": "R1", **r1,
@@ -145,6 +161,13 @@ def markdown(result: dict) -> str:
         for when in r.get("routes", {}):
             for kind, c in r["routes"][when].items():
                 out.append(f"| {r['seed']} | {when} | {kind} | {', '.join(f'{k} {n}' for k, n in c.items())} |")
+    out += ["", "Training (exploratory): per step, the share of the trained episodes of each kind routed to "
+            f"its own expert ({' / '.join(OWN_EXPERT)}; - where the step trained no episode of that kind):", ""]
+    for r in result["rows"]:
+        if "training_own_expert_share" in r:
+            steps = " ".join("/".join("-" if v is None else f"{v:.2f}" for v in step.values())
+                             for step in r["training_own_expert_share"])
+            out.append(f"- seed {r['seed']}: {steps}")
     return "\n".join(out) + "\n"
 
 
