@@ -3,17 +3,10 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from benchmark_scripts import load_benchmark
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-_spec = importlib.util.spec_from_file_location("debate_credit", ROOT / "benchmarks" / "debate_credit.py")
-dc = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(dc)
+dc = load_benchmark("debate_credit")
 
 
 def rows(shift: dict[str, float]) -> list[dict]:

@@ -5,18 +5,13 @@ and the verdict rule at its edges."""
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from benchmark_scripts import load_benchmark
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-_spec = importlib.util.spec_from_file_location("routed_study", ROOT / "benchmarks" / "routed_study.py")
-rs = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(rs)
+rs = load_benchmark("routed_study")
 
 N = 200  # held-out problems: ids p000.., the first half number_sequence, the second aiw
 

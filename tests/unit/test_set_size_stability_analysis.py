@@ -4,18 +4,12 @@ and the verdict rule at its edges."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
+from benchmark_scripts import load_benchmark
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-_spec = importlib.util.spec_from_file_location("set_size_stability", ROOT / "benchmarks" / "set_size_stability.py")
-sz = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sz)
+sz = load_benchmark("set_size_stability")
 
 
 def made_up(reduction: str, seed: int, power: float, clip1: float, clip4: float) -> dict:
