@@ -445,6 +445,10 @@ class TrainConfig(_Section):
     micro_batch_tokens: int = 16384  # padded tokens per forward/backward (memory knob; exact)
     lr: Float = 1e-5  # AdamW learning rate of every policy
     policy_lr: dict[str, Float] = Field(default_factory=dict)  # per-policy learning rates
+    # policies that act but are not updated (no optimizer, no gradient): e.g. trained experts
+    # under a router that learns. Sets whose members are all frozen are left out of the update
+    # (their gradient is 0); at least one policy must stay trained
+    frozen_policies: List[str] = Field(default_factory=list)
     weight_decay: Float = 0.0  # AdamW weight decay
     adam_betas: List[Float] = Field(default_factory=lambda: [0.9, 0.999])  # AdamW betas
     warmup_steps: int = 0  # linear learning-rate warm-up (optimizer steps)
@@ -648,6 +652,22 @@ class Config(_Section):
                 f"train.policy_lr.{unknown[0]}: unknown policy {unknown[0]!r}; known policies "
                 f"(policies.names): {self.policies.names}"
             )
+        frozen = self.train.frozen_policies
+        unknown = sorted(set(frozen) - set(self.policies.names))
+        if unknown:
+            raise ConfigError(
+                f"train.frozen_policies: unknown policy {unknown[0]!r}; known policies "
+                f"(policies.names): {self.policies.names}"
+            )
+        if len(set(frozen)) != len(frozen):
+            raise ConfigError(f"train.frozen_policies names a policy twice: {frozen}")
+        if set(frozen) >= set(self.policies.names):
+            raise ConfigError(f"train.frozen_policies freezes every policy ({frozen}): nothing "
+                              f"would be trained; evaluate with `srpo eval` instead")
+        both = sorted(set(frozen) & set(self.train.policy_lr))
+        if both:
+            raise ConfigError(f"train.policy_lr.{both[0]}: policy {both[0]!r} is frozen "
+                              f"(train.frozen_policies), so it has no learning rate")
         if self.train.tis_cap > 0 and not self.rollout.record_logprobs:
             raise ConfigError("train.tis_cap needs rollout.record_logprobs: true (truncated importance "
                               "sampling weighs each output by its sampler's recorded log-probs)")

@@ -3,17 +3,30 @@
     shared    one model, all its parameters, one optimizer
     separate  one optimizer per model
     lora      one base model (frozen) + one adapter per policy, one optimizer per adapter
+
+A frozen policy (train.frozen_policies) acts in rollouts but has no trainable parameters and no
+optimizer: its weights stay those it started from.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 
 from srpo.rollout.policies import PolicySet
 
 
-def policy_parameters(policies: PolicySet) -> dict[str, list[torch.nn.Parameter]]:
-    """Trainable parameters of each policy; sets requires_grad accordingly (base frozen for LoRA)."""
+def policy_parameters(
+    policies: PolicySet, frozen: Sequence[str] = ()
+) -> dict[str, list[torch.nn.Parameter]]:
+    """Trainable parameters of each policy not in `frozen`; sets requires_grad accordingly (a
+    LoRA base and every frozen policy's parameters get requires_grad False)."""
+    unknown = sorted(set(frozen) - set(policies.names))
+    if unknown:
+        raise ValueError(f"frozen policies {unknown} are not policies of this run: {list(policies.names)}")
+    if set(frozen) >= set(policies.names):
+        raise ValueError(f"every policy is frozen ({list(frozen)}): nothing to train")
     out: dict[str, list[torch.nn.Parameter]] = {}
     for name in policies.names:
         policy = policies[name]
@@ -25,16 +38,11 @@ def policy_parameters(policies: PolicySet) -> dict[str, list[torch.nn.Parameter]
             if not params:
                 raise ValueError(f"policy {name!r}: no LoRA parameters found for adapter {policy.adapter!r}")
         out[name] = params
-    if policies.kind == "lora":
-        model = policies.models()[0]
-        trainable = {id(p) for ps in out.values() for p in ps}
+    trainable = {id(p) for name, ps in out.items() if name not in frozen for p in ps}
+    for model in policies.models():
         for p in model.parameters():
             p.requires_grad_(id(p) in trainable)
-    else:
-        for ps in out.values():
-            for p in ps:
-                p.requires_grad_(True)
-    return out
+    return {name: ps for name, ps in out.items() if name not in frozen}
 
 
 def build_optimizers(

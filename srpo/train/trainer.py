@@ -108,7 +108,7 @@ class Trainer:
         self.success_component = cfg.eval.success_component or task_pack(cfg).success_component
         check_training_sampling({a: self.runner.agents[a].sampling for a in self.workflow.agents})
         self.pad_id = shared_pad_token_id(self.policies)
-        self.params = policy_parameters(self.policies)
+        self.params = policy_parameters(self.policies, t.frozen_policies)
         self.optimizers, self.schedulers = build_optimizers(
             self.params, lr=t.lr, policy_lr=t.policy_lr, weight_decay=t.weight_decay,
             betas=tuple(t.adam_betas), warmup_steps=t.warmup_steps,

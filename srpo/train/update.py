@@ -45,11 +45,25 @@ from srpo.train.metrics import combine_micro_batches, mean_over_steps
 
 
 def skipped_sets(batch: FlatBatch, t: TrainConfig) -> torch.Tensor:
-    """[S] bool: the sets the update leaves out (advantage exactly 0; none when a KL or entropy
-    term is on, since those reach every token)."""
+    """[S] bool: the sets the update leaves out: those whose members all belong to frozen
+    policies (train.frozen_policies: no parameter of theirs is trained, so their gradient is 0
+    whatever the terms), and, with train.skip_zero_advantage, those whose advantage is exactly 0
+    (none when a KL or entropy term is on, since those reach every token)."""
+    frozen = frozen_sets(batch, t.frozen_policies)
     if not t.skip_zero_advantage or t.kl_beta > 0 or t.entropy_alpha > 0:
+        return frozen
+    return frozen | ~informative_sets(batch)
+
+
+def frozen_sets(batch: FlatBatch, frozen: Sequence[str]) -> torch.Tensor:
+    """[S] bool: the sets whose every member was written by a frozen policy."""
+    if not frozen:
         return torch.zeros(batch.num_sets, dtype=torch.bool, device=batch.device)
-    return ~informative_sets(batch)
+    member_frozen = torch.tensor([p in frozen for p in batch.member_policy], dtype=torch.long,
+                                 device=batch.device)  # [M]
+    frozen_members = torch.zeros(batch.num_sets, dtype=torch.long, device=batch.device)
+    frozen_members.index_add_(0, batch.set_index, member_frozen)  # [S]: frozen members per set
+    return frozen_members == batch.set_sizes.to(batch.device)
 
 
 def forward_diagnostics(micro: FlatBatch, out: BatchLogprobs) -> dict[str, float]:
@@ -252,7 +266,7 @@ class PolicyUpdate:
         """A policy whose members in this optimizer step were all skipped has no gradient; without
         skipping its gradient would be exactly 0. Give it that zero, so the optimizer (AdamW's
         moments, weight decay) steps exactly as it would have."""
-        for name in set(weighted.member_policy):
+        for name in set(weighted.member_policy) & set(self.params):  # frozen policies have none
             for p in self.params[name]:
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
