@@ -1,0 +1,543 @@
+"""Time to accuracy: srpo against TRL and CoMLRL, held-out accuracy over training seconds.
+
+Every arm trains SmolLM2-135M-Instruct + LoRA (r 16, alpha 32, dropout 0, all linear layers)
+from the same start (the base model, adapters at B = 0) on the same task, reasoning-gym
+basic_arithmetic (2 terms, 1 digit; srpo's train split of 2,000 problems, its held-out 256
+disjoint from it), with the same training reward (srpo's MathReward: 1 when the stated answer
+is right) and the same answer budget (24 tokens), each trainer at its own best documented
+settings for this task. Each run saves its LoRA adapters (peft layout) at every ~60 s of its
+own training time, with the training clock paused while saving (benchmarks/tta/clock.py), and
+stops at its budget. Afterwards ONE evaluator scores every saved checkpoint of every arm:
+`srpo eval` with the adapters loaded (`policies.lora.init`), greedy, on the same 256 held-out
+problems with the same scorer, through the srpo workflow that matches the arm's setting. So
+decoding and scoring are identical for every side, and evaluation time is excluded from
+training time by construction (it is reported on its own, as is each run's start-up: imports,
+model load and trainer construction, up to the first step).
+
+Arms (`ARMS`) and their settings:
+
+  vs TRL (single agent; evaluated through srpo's `single` workflow, math/single's prompt):
+    trl_grpo             TRL 1.16 GRPOTrainer in ../trl-venv (benchmarks/tta/trl_peer.py): its
+                         own loading, generation and loss; TRL's defaults (loss_type dapo,
+                         scale_rewards group, beta 0, epsilon 0.2, bf16 where the CPU has it)
+                         except lr 4e-4 constant (its 1e-6 is a full fine-tuning rate; 4e-4 is
+                         the LoRA rate measured best on this task), gradient checkpointing off
+                         (its default on only trades time for memory a 135M model does not
+                         need) and mask_truncated_completions on (DAPO's practice TRL documents;
+                         srpo's cut_answers: none). 6 prompts x 4 completions a step, T = 1.0.
+    srpo_single_grpo     `srpo train math/single train.method=grpo`
+    srpo_single_srpo     `srpo train math/single` (method srpo)
+    srpo_default_debate  `srpo train` (the default job: a debate of 3 copies of one adapter, one
+                         round, a majority vote), evaluated through its own debate
+  vs CoMLRL (3 agents answering together, one joint reward; evaluated through the debate of 3
+  separate adapters, benchmarks/tta/srpo_trio.yaml):
+    comlrl_magrpo        CoMLRL 1.4.3 MAGRPO in ../comlrl-venv (benchmarks/tta/comlrl_peer.py):
+                         3 agents, a model and an adapter each, one turn, rewarded by srpo's
+                         majority vote of their answers; MAGRPOConfig's defaults (4 samples,
+                         T 0.6, top_p 0.6, top_k 50, an update every 2 prompts) except lr 4e-4
+                         (its 5e-6 is a full fine-tuning rate), 24 new tokens, its own
+                         evaluation off, base weights in bf16 where the CPU has it
+    srpo_trio_magrpo     `srpo train benchmarks/tta/srpo_trio.yaml train.method=magrpo`
+    srpo_trio_srpo       the same with method srpo
+  Why 3 agents against CoMLRL (its own examples mostly use 2): with 2 debaters srpo's vote
+  breaks every disagreement toward the first debater, so the debate's accuracy would read one
+  agent alone; with 3, CoMLRL's joint reward, the episode reward both srpo methods train on
+  (method magrpo's advantage unit is the episode) and the evaluated accuracy are one quantity,
+  the correctness of the majority answer.
+  srpo arms run the preset as shipped (the default recipe: bf16 where the CPU has it, dynamic
+  sampling, lr 4e-4, cut answers out of the reward), with train.steps raised so the budget ends
+  them, no evaluation, checkpoint, plot or report during training (the benchmark's evaluator
+  does it), and train.threads as given.
+
+Against TRL the srpo arms are evaluated through their own workflows: single for both single
+arms (as TRL's checkpoints), the default job's debate of 3 for srpo_default_debate, so that row
+compares the default job's system with TRL's single agent, as the issue asks.
+
+What `analyze` reports (definitions; a checkpoint lies at a step end, so a "60 s" mark is at
+60 s plus at most one step, and the curves use each mark's own training seconds):
+
+    a_s(t)   seed s's accuracy at training second t: that of its last checkpoint at or before t
+             (the base model's at t = 0)
+    m(t)     an arm's mean over its seeds, (1/S) sum_s a_s(t), for t up to T_arm, the earliest
+             last checkpoint of its seeds; the plot draws m(t) as steps with the band
+             [min_s a_s(t), max_s a_s(t)]
+    B        a peer's best held-out accuracy, max_t m_peer(t), and when it reached it
+    table    per peer and srpo arm: the first t with m_arm(t) >= B ("not reached" within T_arm;
+             also per seed in analysis.json), and m_arm(T_peer), the arm's accuracy at the
+             peer's total training time (at T_arm if the arm ended first, said so); then per
+             arm its mean start-up, training seconds, steps and the evaluation seconds of all
+             its checkpoints
+
+Layout under --root (default runs/time_to_accuracy, which git ignores: checkpoints are large;
+`analyze --out results/bench/time_to_accuracy_<date>` writes the small files worth keeping):
+
+    <arm>/seed<S>/record.json           one run: marks (tag, step, train_seconds, save_seconds),
+                                        start-up, training seconds, settings, versions, commit
+    <arm>/seed<S>/ckpt/<tag>/<policy>/  the adapters at one mark (peft layout)
+    <arm>/seed<S>/ckpt/<tag>/eval.json  its evaluation (`srpo eval --out`), and eval_time.json
+    _base/<config>/eval.json            the base model through that workflow: every curve's t = 0
+    _models/tiny                        the tiny model's folder the peers load (--model tiny)
+
+Commands (one run at a time, nothing else on the machine; 2 threads on this 2-core machine):
+
+    bash scripts/peer_envs.sh                                  # ../trl-venv, ../comlrl-venv
+    .venv/bin/python benchmarks/time_to_accuracy.py run --arm srpo_single_srpo --seed 0 --budget 600
+    .venv/bin/python benchmarks/time_to_accuracy.py run --arm trl_grpo --seed 0 --budget 600 \\
+        --peer-python ../trl-venv/bin/python
+    .venv/bin/python benchmarks/time_to_accuracy.py evaluate    # every checkpoint not yet scored
+    .venv/bin/python benchmarks/time_to_accuracy.py analyze --out results/bench/time_to_accuracy_<date>
+
+`--model tiny` runs the whole chain on srpo's tiny random model (seconds; the slow test).
+"""
+
+from __future__ import annotations
+
+import time
+
+STARTED = time.perf_counter()  # an srpo run's start-up is measured from here (imports included)
+
+import argparse  # noqa: E402 (after the start-up clock)
+import contextlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import NamedTuple  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE / "tta"))
+from clock import BudgetReached, TrainingClock  # noqa: E402 (benchmarks/tta/)
+from provenance import provenance  # noqa: E402
+
+DEFAULT_ROOT = "runs/time_to_accuracy"
+TRIO = "benchmarks/tta/srpo_trio.yaml"
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled"}
+
+
+class Arm(NamedTuple):
+    """side: who trains ("srpo" in this process, "trl" / "comlrl" in their own environment);
+    config: the srpo config srpo trains with and every side is evaluated through;
+    overrides: srpo's training overrides; policies: the adapters a checkpoint holds."""
+
+    side: str
+    config: str
+    policies: tuple[str, ...]
+    overrides: tuple[str, ...] = ()
+
+
+ARMS = {
+    "trl_grpo": Arm("trl", "math/single", ("solver",)),
+    "srpo_single_grpo": Arm("srpo", "math/single", ("solver",), ("train.method=grpo",)),
+    "srpo_single_srpo": Arm("srpo", "math/single", ("solver",), ("train.method=srpo",)),
+    "srpo_default_debate": Arm("srpo", "default", ("debater",)),
+    "comlrl_magrpo": Arm("comlrl", TRIO, ("agent_a", "agent_b", "agent_c")),
+    "srpo_trio_magrpo": Arm("srpo", TRIO, ("agent_a", "agent_b", "agent_c"), ("train.method=magrpo",)),
+    "srpo_trio_srpo": Arm("srpo", TRIO, ("agent_a", "agent_b", "agent_c"), ("train.method=srpo",)),
+}
+# each peer and the srpo arms it is compared with
+COMPARISONS = {
+    "trl_grpo": ("srpo_single_grpo", "srpo_single_srpo", "srpo_default_debate"),
+    "comlrl_magrpo": ("srpo_trio_magrpo", "srpo_trio_srpo"),
+}
+PEER_SCRIPTS = {"trl": HERE / "tta" / "trl_peer.py", "comlrl": HERE / "tta" / "comlrl_peer.py"}
+
+# srpo overrides of each model choice, for training and evaluation alike; the tiny model is a
+# random 2-layer llama with SmolLM2's tokenizer (so the peers load it as they load SmolLM2)
+MODEL_OVERRIDES = {
+    "smollm2": (),
+    "tiny": ("model.name=tiny", "model.arch=llama", "model.tokenizer=smollm2", "model.hidden_size=64",
+             "model.num_layers=2", "model.init_seed=0", "model.dtype=float32", "task.train_size=64",
+             "task.heldout_size=8", "eval.size=8", "sampling.max_new_tokens=8", "train.tasks_per_step=2",
+             "train.dynamic_sampling=false"),
+}
+# the peers' matching shapes for the tiny model (8 new tokens, 2 prompts a step, float32)
+PEER_MODEL_ARGS = {"smollm2": (), "tiny": ("--max-new-tokens", "8", "--bf16", "off")}
+PEER_TINY_EXTRA = {"trl": ("--prompts-per-step", "2"), "comlrl": ()}
+# what a training run of the benchmark leaves out: the evaluator does all of it afterwards
+QUIET = ("eval.before=false", "eval.after=false", "eval.every=0", "checkpoint.every=0",
+         "checkpoint.export=false", "checkpoint.plots=false", "checkpoint.tensorboard=false",
+         "checkpoint.report=false", "train.steps=1000000")
+
+
+# --------------------------------------------------------------------------- run: srpo side
+
+
+def srpo_overrides(arm: Arm, model: str, seed: int, threads: int, run_dir: Path) -> list[str]:
+    """The overrides of an srpo training run of `arm` (the arm's, the model's, QUIET)."""
+    return [*arm.overrides, *MODEL_OVERRIDES[model], *QUIET, f"seed={seed}", f"train.threads={threads}",
+            f"output_dir={run_dir}"]
+
+
+def save_adapters(policies, folder: Path) -> None:
+    """Each LoRA policy's adapter in peft's layout, folder/<policy>/{adapter_config.json,
+    adapter_model.safetensors} (keys without the adapter name: what policies.lora.init loads)."""
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    for name in policies.names:
+        policy = policies[name]
+        config = policy.model.peft_config[policy.adapter].to_dict()
+        config = {k: sorted(v) if isinstance(v, set) else v for k, v in config.items()}  # sets are not JSON
+        tensors = {k: v.detach().cpu().contiguous()
+                   for k, v in get_peft_model_state_dict(policy.model, adapter_name=policy.adapter).items()}
+        out = folder / name
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "adapter_config.json").write_text(json.dumps(config, indent=1, default=str))
+        save_file(tensors, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
+
+
+def run_srpo(arm: Arm, args: argparse.Namespace, run_dir: Path) -> dict:
+    """One srpo training run until `budget` training seconds, checkpointing at the marks."""
+    from srpo.config import load_config
+    from srpo.train.trainer import Trainer
+
+    cfg = load_config(arm.config, srpo_overrides(arm, args.model, args.seed, args.threads, run_dir / "srpo_run"))
+    trainer = Trainer(cfg)
+    clock = TrainingClock(args.every, args.budget, lambda tag: save_adapters(trainer.policies, run_dir / "ckpt" / tag),
+                          started=STARTED)
+    record_step = trainer.recorder.step
+
+    def step(number: int, *a, **kw):  # after the step's own record: a checkpoint at a mark
+        record_step(number, *a, **kw)
+        if clock.after_step(number):
+            raise BudgetReached
+
+    trainer.recorder.step = step
+    clock.start()
+    with contextlib.suppress(BudgetReached):  # the budget ends training, as a stop would
+        trainer.train()
+    t = cfg.train
+    settings = {"config": arm.config, "overrides": list(arm.overrides), "method": t.method, "lr": t.lr,
+                "tasks_per_step": t.tasks_per_step, "group_size": cfg.group_size, "dtype": cfg.model.dtype,
+                "max_new_tokens": cfg.sampling.max_new_tokens, "threads": t.threads}
+    return {**clock.record(), "settings": settings, "versions": srpo_versions()}
+
+
+def srpo_versions() -> dict:
+    from importlib import metadata
+
+    return {"python": sys.version.split()[0],
+            **{p: metadata.version(p) for p in ("srpo", "torch", "transformers", "peft")}}
+
+
+# --------------------------------------------------------------------------- run: peer side
+
+
+def model_folder(model: str, root: Path) -> Path:
+    """The Hugging Face folder a peer loads: srpo's converted SmolLM2, or the tiny model saved once
+    under root/_models/tiny (the very weights srpo builds for model.name=tiny, init_seed 0)."""
+    if model == "smollm2":
+        from srpo.models import smollm2_path
+
+        return smollm2_path()
+    folder = root / "_models" / "tiny"
+    if not (folder / "config.json").is_file():
+        from srpo.models import build_tiny_model
+
+        tiny, tok = build_tiny_model("llama", tokenizer="smollm2", hidden_size=64, num_layers=2, seed=0)
+        tiny.save_pretrained(folder)
+        tok.save_pretrained(folder)
+    return folder
+
+
+def task_records(config: str, model: str, model_dir: Path) -> list[dict]:
+    """The training pool of `config` as the peers get it: {task_id, answer, messages, text}, the
+    chat of the workflow's first agent for the task (its system prompt, its template around the
+    workflow's first prompt) and that chat rendered by the model's template (srpo's rendering)."""
+    from transformers import AutoTokenizer
+
+    from srpo.build import build_agents, build_workflow_from, load_tasks
+    from srpo.config import load_config
+
+    cfg = load_config(config, list(MODEL_OVERRIDES[model]), check_machine=False)
+    workflow = build_workflow_from(cfg)
+    agent = build_agents(cfg, workflow)[workflow.agents[0]]
+    prompt = getattr(workflow, "prompt", None) or workflow.first_prompt  # single / debate
+    tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    out = []
+    for task in load_tasks(cfg.task, split="train"):
+        messages = agent.messages(prompt.format(question=task.prompt))
+        out.append({"task_id": task.task_id, "answer": str(task.answer), "messages": messages,
+                    "text": tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)})
+    return out
+
+
+def run_peer(arm: Arm, args: argparse.Namespace, run_dir: Path) -> dict:
+    """One peer run in its own environment; returns its record (peer.json)."""
+    if not args.peer_python:
+        raise SystemExit(f"--peer-python is required for {arm.side} (its environment: bash scripts/peer_envs.sh)")
+    root = Path(args.root)
+    model_dir = model_folder(args.model, root)
+    tasks = run_dir / "tasks.json"
+    tasks.write_text(json.dumps(task_records(arm.config, args.model, model_dir)))
+    command = [args.peer_python, str(PEER_SCRIPTS[arm.side]), "--model", str(model_dir), "--tasks", str(tasks),
+               "--out", str(run_dir), "--seed", str(args.seed), "--budget", str(args.budget),
+               "--every", str(args.every), "--threads", str(args.threads), *PEER_MODEL_ARGS[args.model],
+               *(PEER_TINY_EXTRA[arm.side] if args.model == "tiny" else ())]
+    subprocess.run(command, check=True, env=child_env(args.threads))
+    return json.loads((run_dir / "peer.json").read_text())
+
+
+def child_env(threads: int) -> dict:
+    return {**os.environ, **OFFLINE, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+
+
+def cmd_run(args: argparse.Namespace) -> None:
+    arm = ARMS[args.arm]
+    run_dir = Path(args.root) / args.arm / f"seed{args.seed}"
+    if (run_dir / "record.json").exists():
+        raise SystemExit(f"{run_dir}/record.json exists: this run is done (remove the folder to run it again)")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    code = provenance()  # the code this run ran, taken when it starts
+    result = run_srpo(arm, args, run_dir) if arm.side == "srpo" else run_peer(arm, args, run_dir)
+    record = {"arm": args.arm, "side": arm.side, "seed": args.seed, "model": args.model,
+              "budget_seconds": args.budget, "every_seconds": args.every, "threads": args.threads,
+              "eval": {"config": arm.config, "overrides": list(MODEL_OVERRIDES[args.model])},
+              "policies": list(arm.policies), **result, "wall_seconds": time.perf_counter() - STARTED, **code}
+    (run_dir / "record.json").write_text(json.dumps(record, indent=1))
+    print(f"{args.arm} seed {args.seed}: {record['steps']} steps, {record['train_seconds']:.1f} s training, "
+          f"{len(record['marks'])} checkpoints, start-up {record['startup_seconds']:.1f} s -> {run_dir}")
+
+
+# --------------------------------------------------------------------------- evaluate
+
+
+def base_dir(root: Path, config: str) -> Path:
+    """Where the base model's evaluation through `config` lives."""
+    return root / "_base" / Path(config).with_suffix("").name
+
+
+def eval_jobs(root: Path) -> list[tuple[Path, str, list[str], dict[str, Path]]]:
+    """(folder, config, overrides, adapters) of every evaluation not yet done: the base model
+    once per evaluation config, and every checkpoint of every run."""
+    jobs, bases = [], {}
+    for record_path in sorted(root.glob("*/seed*/record.json")):
+        record = json.loads(record_path.read_text())
+        config, overrides = record["eval"]["config"], record["eval"]["overrides"]
+        if bases.setdefault(base_dir(root, config), (config, overrides)) != (config, overrides):
+            # one base evaluation per config: runs of one root share the model and task shape
+            raise SystemExit(f"{record_path}: evaluated with {overrides}, another run of {config} under {root} "
+                             f"with {bases[base_dir(root, config)][1]}: keep each --model in its own --root")
+        for mark in record["marks"]:
+            folder = record_path.parent / "ckpt" / mark["tag"]
+            jobs.append((folder, config, overrides, {p: folder / p for p in record["policies"]}))
+    jobs = [(folder, config, overrides, {}) for folder, (config, overrides) in bases.items()] + jobs
+    return [job for job in jobs if not (job[0] / "eval.json").is_file()]
+
+
+def eval_command(config: str, overrides: list[str], adapters: dict[str, Path], threads: int, out: Path) -> list[str]:
+    """`srpo eval` of `config` with the adapters loaded (none: the base model), greedy, the
+    config's held-out problems (eval.size), written to out."""
+    init = [f"policies.lora.init={json.dumps({p: str(f) for p, f in adapters.items()})}"] if adapters else []
+    return [sys.executable, "-m", "srpo.cli", "eval", config, *overrides, *init, f"train.threads={threads}",
+            "--out", str(out)]
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    root = Path(args.root)
+    jobs = eval_jobs(root)
+    print(f"{len(jobs)} evaluations to run under {root}")
+    for folder, config, overrides, adapters in jobs:
+        folder.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        subprocess.run(eval_command(config, overrides, adapters, args.threads, folder / "eval.json"), check=True,
+                       env=child_env(args.threads), cwd=ROOT, stdout=subprocess.DEVNULL)
+        wall = time.perf_counter() - t0
+        result = json.loads((folder / "eval.json").read_text())
+        (folder / "eval_time.json").write_text(json.dumps({"wall_seconds": wall, "eval_seconds": result["seconds"]}))
+        print(f"  {folder.relative_to(root)}: {100 * result['accuracy']:.1f}% of {result['n']} "
+              f"({result['seconds']:.1f} s evaluating, {wall:.1f} s with start-up)", flush=True)
+
+
+# --------------------------------------------------------------------------- analyze
+
+
+def load_runs(root: Path) -> dict[str, list[dict]]:
+    """arm -> its runs, each {seed, points: [(train_seconds, accuracy)] from t = 0 (the base
+    model) on, total: training seconds, startup, eval_seconds}; only runs whose every
+    checkpoint is scored."""
+    runs: dict[str, list[dict]] = {}
+    for record_path in sorted(root.glob("*/seed*/record.json")):
+        record = json.loads(record_path.read_text())
+        base = base_dir(root, record["eval"]["config"]) / "eval.json"
+        folders = [record_path.parent / "ckpt" / m["tag"] for m in record["marks"]]
+        if not base.is_file() or not all((f / "eval.json").is_file() for f in folders):
+            continue
+        points = [(0.0, json.loads(base.read_text())["accuracy"])]
+        points += [(m["train_seconds"], json.loads((f / "eval.json").read_text())["accuracy"])
+                   for m, f in zip(record["marks"], folders)]
+        eval_seconds = sum(json.loads((f / "eval_time.json").read_text())["eval_seconds"]
+                           for f in folders if (f / "eval_time.json").is_file())
+        runs.setdefault(record["arm"], []).append({
+            "seed": record["seed"], "points": points, "total": record["train_seconds"],
+            "startup": record["startup_seconds"], "eval_seconds": eval_seconds, "steps": record["steps"]})
+    return runs
+
+
+def value_at(points: list[tuple[float, float]], t: float) -> float:
+    """a(t): the accuracy of the last checkpoint saved at or before training second t (a run
+    has learned, by t, what its latest checkpoint holds)."""
+    return [a for s, a in points if s <= t][-1]
+
+
+def arm_end(runs: list[dict]) -> float:
+    """T_arm: the training seconds every seed of the arm has a checkpoint for (the earliest
+    last mark), the end of its mean curve."""
+    return min(r["points"][-1][0] for r in runs)
+
+
+def mean_curve(runs: list[dict]) -> list[tuple[float, float, float, float]]:
+    """(t, mean, min, max) over seeds of a_s(t), at every checkpoint time t <= T_arm of any seed
+    (the step function's corners): m(t) = (1/S) sum_s a_s(t)."""
+    end = arm_end(runs)
+    times = sorted({s for r in runs for s, _ in r["points"] if s <= end})
+    out = []
+    for t in times:
+        values = [value_at(r["points"], t) for r in runs]
+        out.append((t, statistics.fmean(values), min(values), max(values)))
+    return out
+
+
+def time_to_reach(runs: list[dict], target: float) -> float | None:
+    """The first t of the mean curve with m(t) >= target (None: not within T_arm)."""
+    return next((t for t, m, _, _ in mean_curve(runs) if m >= target - 1e-12), None)
+
+
+def seed_times_to_reach(runs: list[dict], target: float) -> list[float | None]:
+    """Per seed s, the first checkpoint time with a_s(t) >= target (None: never), in seed order."""
+    return [next((t for t, a in r["points"] if a >= target - 1e-12), None) for r in runs]
+
+
+def accuracy_at(runs: list[dict], t: float) -> float:
+    """m(min(t, T_arm)): the mean curve at training second t (at its end if it ends earlier)."""
+    t = min(t, arm_end(runs))
+    return statistics.fmean(value_at(r["points"], t) for r in runs)
+
+
+def compare(runs: dict[str, list[dict]], peer: str, arm: str) -> dict:
+    """Against peer P: its best mean accuracy B = max_t m_P(t) (and when, t_B), the arm's time to
+    reach B, and both means at P's total training time T_P = T_arm(P)."""
+    curve = mean_curve(runs[peer])
+    t_best, best = max(((t, m) for t, m, _, _ in curve), key=lambda x: (x[1], -x[0]))
+    t_peer = arm_end(runs[peer])
+    return {"peer": peer, "arm": arm, "peer_best": best, "peer_best_at": t_best, "peer_total": t_peer,
+            "arm_reaches_best_at": time_to_reach(runs[arm], best),
+            "arm_reaches_best_at_per_seed": seed_times_to_reach(runs[arm], best), "arm_total": arm_end(runs[arm]),
+            "arm_at_peer_total": accuracy_at(runs[arm], t_peer), "peer_at_peer_total": accuracy_at(runs[peer], t_peer),
+            "seeds": {"peer": len(runs[peer]), "arm": len(runs[arm])}}
+
+
+def analyze(root: Path) -> dict:
+    """Every comparison whose peer and arm have scored runs, and each arm's times."""
+    runs = load_runs(root)
+    rows = [compare(runs, peer, arm) for peer, arms in COMPARISONS.items() if peer in runs
+            for arm in arms if arm in runs]
+    times = {arm: {"seeds": len(rs), "startup_mean": statistics.fmean(r["startup"] for r in rs),
+                   "train_mean": statistics.fmean(r["total"] for r in rs),
+                   "eval_seconds": sum(r["eval_seconds"] for r in rs),
+                   "checkpoints": sum(len(r["points"]) - 1 for r in rs),
+                   "steps_mean": statistics.fmean(r["steps"] for r in rs)} for arm, rs in sorted(runs.items())}
+    return {"comparisons": rows, "times": times,
+            "curves": {arm: mean_curve(rs) for arm, rs in runs.items()}}
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _sec(x: float | None) -> str:
+    return "not reached" if x is None else f"{x:.0f} s"
+
+
+def markdown(result: dict) -> str:
+    """The comparison table and the times table."""
+    lines = ["| peer | peer's best (at) | srpo arm | time to the peer's best | at the peer's total time "
+             "(peer there) |", "|---|---|---|---|---|"]
+    for c in result["comparisons"]:
+        short = " (arm ends earlier)" if c["arm_total"] < c["peer_total"] else ""
+        lines.append(f"| {c['peer']} ({c['seeds']['peer']} seeds) | {_pct(c['peer_best'])} ({_sec(c['peer_best_at'])}) "
+                     f"| {c['arm']} ({c['seeds']['arm']} seeds) | {_sec(c['arm_reaches_best_at'])} "
+                     f"| {_pct(c['arm_at_peer_total'])} at {_sec(c['peer_total'])}{short} "
+                     f"({_pct(c['peer_at_peer_total'])}) |")
+    lines += ["", "| arm | seeds | start-up (mean) | training (mean) | steps (mean) | checkpoints | evaluation (all) |",
+              "|---|---|---|---|---|---|---|"]
+    for arm, t in result["times"].items():
+        lines.append(f"| {arm} | {t['seeds']} | {t['startup_mean']:.1f} s | {t['train_mean']:.1f} s | "
+                     f"{t['steps_mean']:.1f} | {t['checkpoints']} | {t['eval_seconds']:.1f} s |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict, path: Path) -> None:
+    """Per peer, its mean curve and its arms' (steps: a run holds its last checkpoint's
+    accuracy), each with the seeds' band (min to max over seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = [(peer, arms) for peer, arms in COMPARISONS.items() if peer in result["curves"]]
+    fig, axes = plt.subplots(1, max(1, len(groups)), figsize=(6.5 * max(1, len(groups)), 4.5), squeeze=False)
+    for ax, (peer, arms) in zip(axes[0], groups):
+        for arm in (peer, *arms):
+            curve = result["curves"].get(arm)
+            if not curve:
+                continue
+            t, mean, low, high = zip(*curve)
+            line, = ax.step(t, [100 * m for m in mean], where="post", label=arm)
+            ax.fill_between(t, [100 * v for v in low], [100 * v for v in high], step="post", alpha=0.2,
+                            color=line.get_color())
+        ax.set_xlabel("training seconds (evaluation and start-up excluded)")
+        ax.set_ylabel("held-out accuracy, %")
+        ax.set_title(f"against {peer}")
+        ax.legend(fontsize=8)
+    fig.suptitle("greedy held-out accuracy, mean of seeds (band: min to max over seeds)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def cmd_analyze(args: argparse.Namespace) -> None:
+    root, out = Path(args.root), Path(args.out or args.root)
+    out.mkdir(parents=True, exist_ok=True)
+    result = analyze(root)
+    (out / "analysis.json").write_text(json.dumps({**result, "written_by": provenance()}, indent=1))
+    (out / "table.md").write_text(markdown(result))
+    if result["curves"]:
+        plot(result, out / "curves.png")
+    print(markdown(result))
+    png = f", {out / 'curves.png'}" if result["curves"] else ""
+    print(f"written: {out / 'table.md'}, {out / 'analysis.json'}{png}")
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> None:
+    os.environ.update(OFFLINE)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="one arm x seed x budget: its checkpoints and record.json")
+    r.add_argument("--arm", required=True, choices=sorted(ARMS))
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--budget", type=float, default=600.0, help="training seconds")
+    r.add_argument("--every", type=float, default=60.0, help="training seconds between checkpoints")
+    r.add_argument("--threads", type=int, default=2)
+    r.add_argument("--model", choices=sorted(MODEL_OVERRIDES), default="smollm2")
+    r.add_argument("--peer-python", help="the peer environment's python (trl_grpo, comlrl_magrpo)")
+    e = sub.add_parser("evaluate", help="score every checkpoint (and base) not yet scored")
+    e.add_argument("--threads", type=int, default=2)
+    a = sub.add_parser("analyze", help="curves.png, table.md and analysis.json")
+    a.add_argument("--out", help="folder for the outputs (default: --root)")
+    for s in (r, e, a):
+        s.add_argument("--root", default=DEFAULT_ROOT, help="where runs and evaluations live")
+    args = p.parse_args(argv)
+    {"run": cmd_run, "evaluate": cmd_evaluate, "analyze": cmd_analyze}[args.command](args)
+
+
+if __name__ == "__main__":
+    main()

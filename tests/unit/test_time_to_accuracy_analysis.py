@@ -1,0 +1,159 @@
+"""benchmarks/time_to_accuracy.py's analysis on made-up runs whose curves are known: the step
+curves a_s(t), their mean over seeds, the peer's best, the time an srpo arm takes to reach it,
+the accuracy at the peer's total training time, which evaluations are still to run, and the
+training clock's marks. Accuracies are multiples of 1/8, so every mean is exact in binary."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from benchmark_scripts import load_benchmark
+
+tta = load_benchmark("time_to_accuracy")
+clock = sys.modules[tta.TrainingClock.__module__]  # benchmarks/tta/clock.py, as the script imports it
+
+BASE = 0.125  # the base model through math/single: every curve's t = 0
+PEER = {0: [(60, 0.25), (120, 0.5), (180, 0.375)], 1: [(65, 0.125), (125, 0.25), (190, 0.625)]}
+FAST = {0: [(61, 0.25), (122, 0.5), (200, 0.75)], 1: [(62, 0.5), (121, 0.25), (210, 0.625)]}
+SLOW = {0: [(100, 0.25), (150, 0.25)]}
+
+
+def write_run(root: Path, arm: str, seed: int, marks: list[tuple[float, float]], scored: bool = True) -> Path:
+    """A finished run of `arm`: record.json with its marks, and each checkpoint's eval.json
+    (accuracy) and eval_time.json (2 s each), unless scored is False (the last one unscored)."""
+    run = root / arm / f"seed{seed}"
+    record = {"arm": arm, "seed": seed, "eval": {"config": "math/single", "overrides": []}, "policies": ["solver"],
+              "marks": [{"tag": f"step{i:05d}", "step": i, "train_seconds": float(t)}
+                        for i, (t, _) in enumerate(marks)],
+              "train_seconds": float(marks[-1][0]) + 0.5, "startup_seconds": 10.0 + seed, "steps": len(marks)}
+    run.mkdir(parents=True)
+    (run / "record.json").write_text(json.dumps(record))
+    for i, (_, acc) in enumerate(marks):
+        if not scored and i == len(marks) - 1:
+            continue
+        folder = run / "ckpt" / f"step{i:05d}"
+        folder.mkdir(parents=True)
+        (folder / "eval.json").write_text(json.dumps({"accuracy": acc, "n": 256, "seconds": 2.0}))
+        (folder / "eval_time.json").write_text(json.dumps({"wall_seconds": 9.0, "eval_seconds": 2.0}))
+    return run
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    base = tta.base_dir(tmp_path, "math/single")
+    base.mkdir(parents=True)
+    (base / "eval.json").write_text(json.dumps({"accuracy": BASE, "n": 256, "seconds": 2.0}))
+    for arm, seeds in (("trl_grpo", PEER), ("srpo_single_srpo", FAST), ("srpo_single_grpo", SLOW)):
+        for seed, marks in seeds.items():
+            write_run(tmp_path, arm, seed, marks)
+    return tmp_path
+
+
+def test_a_run_holds_its_last_checkpoint_accuracy():
+    points = [(0.0, BASE), *PEER[0]]
+    assert [tta.value_at(points, t) for t in (0, 59.9, 60, 119, 120, 500)] == [BASE, BASE, 0.25, 0.25, 0.5, 0.375]
+
+
+def test_mean_curve_over_seeds_ends_at_the_earliest_last_checkpoint(root):
+    runs = tta.load_runs(root)
+    assert tta.mean_curve(runs["trl_grpo"]) == [
+        (0.0, 0.125, 0.125, 0.125), (60, 0.1875, 0.125, 0.25), (65, 0.1875, 0.125, 0.25),
+        (120, 0.3125, 0.125, 0.5), (125, 0.375, 0.25, 0.5), (180, 0.3125, 0.25, 0.375)]  # 190 is past seed 0's end
+
+
+def test_comparisons_time_to_the_peers_best_and_accuracy_at_its_total(root):
+    rows = {c["arm"]: c for c in tta.analyze(root)["comparisons"]}
+    assert set(rows) == {"srpo_single_grpo", "srpo_single_srpo"}  # no run of srpo_default_debate
+    fast, slow = rows["srpo_single_srpo"], rows["srpo_single_grpo"]
+    assert (fast["peer_best"], fast["peer_best_at"], fast["peer_total"]) == (0.375, 125, 180)
+    assert fast["arm_reaches_best_at"] == 62  # (0.25 + 0.5) / 2 from t = 62 on
+    assert fast["arm_reaches_best_at_per_seed"] == [122, 62]  # each seed alone: 0.5 at 122, 0.5 at 62
+    assert slow["arm_reaches_best_at_per_seed"] == [None]
+    assert fast["arm_at_peer_total"] == 0.375  # at 180: seed 0 holds 0.5 (122), seed 1 0.25 (121)
+    assert fast["peer_at_peer_total"] == 0.3125
+    assert (fast["arm_total"], fast["seeds"]) == (200, {"peer": 2, "arm": 2})
+    assert slow["arm_reaches_best_at"] is None  # 0.25 at best
+    assert (slow["arm_total"], slow["arm_at_peer_total"]) == (150, 0.25)  # ends before 180: its end
+
+
+def test_times_and_markdown(root):
+    result = tta.analyze(root)
+    t = result["times"]["trl_grpo"]
+    assert (t["seeds"], t["startup_mean"], t["checkpoints"], t["eval_seconds"]) == (2, 10.5, 6, 12.0)
+    assert t["train_mean"] == (180.5 + 190.5) / 2
+    table = tta.markdown(result)
+    assert ("| trl_grpo (2 seeds) | 37.5% (125 s) | srpo_single_srpo (2 seeds) | 62 s | 37.5% at 180 s (31.2%) |"
+            in table)
+    assert ("| trl_grpo (2 seeds) | 37.5% (125 s) | srpo_single_grpo (1 seeds) | not reached "
+            "| 25.0% at 180 s (arm ends earlier) (31.2%) |" in table)
+
+
+def test_a_run_with_an_unscored_checkpoint_waits_for_evaluate(root):
+    write_run(root, "srpo_default_debate", 0, [(60, 0.5), (120, 0.75)], scored=False)
+    assert "srpo_default_debate" not in tta.load_runs(root)
+    jobs = tta.eval_jobs(root)
+    assert [(j[0].relative_to(root).as_posix(), sorted(j[3])) for j in jobs] == [
+        ("srpo_default_debate/seed0/ckpt/step00001", ["solver"])]
+
+
+def test_eval_jobs_start_with_each_configs_base_model(tmp_path):
+    write_run(tmp_path, "srpo_single_srpo", 0, [(60, 0.5)], scored=False)
+    jobs = tta.eval_jobs(tmp_path)
+    assert [(j[0].relative_to(tmp_path).as_posix(), j[1], j[3]) for j in jobs] == [
+        ("_base/single", "math/single", {}),
+        ("srpo_single_srpo/seed0/ckpt/step00000", "math/single",
+         {"solver": tmp_path / "srpo_single_srpo/seed0/ckpt/step00000/solver"})]
+
+
+def test_eval_command_loads_each_policys_adapter():
+    cmd = tta.eval_command("benchmarks/tta/srpo_trio.yaml", ["model.name=tiny"],
+                           {"agent_a": Path("c/agent_a"), "agent_b": Path("c/agent_b")}, 1, Path("c/eval.json"))
+    assert cmd[1:] == ["-m", "srpo.cli", "eval", "benchmarks/tta/srpo_trio.yaml", "model.name=tiny",
+                       'policies.lora.init={"agent_a": "c/agent_a", "agent_b": "c/agent_b"}', "train.threads=1",
+                       "--out", "c/eval.json"]
+
+
+def test_clock_saves_at_marks_with_the_clock_paused(monkeypatch):
+    """The clock starts at wall 0; steps end at wall 25, 65, 70, 200, 230; each save takes 5 s of
+    wall time, which the training clock does not count."""
+    now = {"t": 0.0}
+    monkeypatch.setattr(clock, "time", types.SimpleNamespace(perf_counter=lambda: now["t"]))
+    saved = []
+
+    def save(tag):
+        saved.append(tag)
+        now["t"] += 5.0
+
+    c = clock.TrainingClock(every=60, budget=200, save=save, started=-12.0)
+    c.start()
+    stops = []
+    for step, wall in enumerate((25, 65, 70, 200, 230), start=1):
+        now["t"] = wall
+        stops.append(c.after_step(step))
+    # T at each step end: 25; 65 (a save, 5 s paused); 70 - 5 = 65; 200 - 5 = 195 (crossed 120 and 180:
+    # one save, next mark 240); 230 - 10 = 220 >= the budget (a save, stop)
+    assert saved == ["step00002", "step00004", "step00005"]
+    marks = [(m["step"], m["train_seconds"], m["save_seconds"]) for m in c.marks]
+    assert marks == [(2, 65, 5), (4, 195, 5), (5, 220, 5)]
+    assert stops == [False, False, False, False, True]
+    assert c.startup_seconds == 12.0
+    assert c.record()["save_seconds"] == 15.0
+
+
+def test_runs_of_one_config_with_other_shapes_refuse_one_root(tmp_path):
+    write_run(tmp_path, "srpo_single_srpo", 0, [(60, 0.5)])
+    run = write_run(tmp_path, "srpo_single_grpo", 0, [(60, 0.5)])
+    record = json.loads((run / "record.json").read_text())
+    record["eval"]["overrides"] = ["model.name=tiny"]
+    (run / "record.json").write_text(json.dumps(record))
+    with pytest.raises(SystemExit, match="keep each --model in its own --root"):
+        tta.eval_jobs(tmp_path)
+
+
+def test_an_empty_root_analyzes_to_empty_tables(tmp_path):
+    result = tta.analyze(tmp_path)
+    assert (result["comparisons"], result["times"], result["curves"]) == ([], {}, {})
