@@ -346,30 +346,72 @@ def test_score_answer(gold, pred, correct):
 
 
 def test_numeric_fast_path_skips_math_verify(monkeypatch):
-    def boom(gold, pred):
-        raise AssertionError("math-verify must not be called for plain numbers")
+    class Boom:
+        def compare(self, gold, pred, timeout_s):
+            raise AssertionError("math-verify must not be called for plain numbers")
 
-    monkeypatch.setattr(scoring, "_math_verify_equal", boom)
+    monkeypatch.setattr(scoring, "_verifier", Boom())
     assert score_answer("1234", "1,234").method == "numeric"
     assert score_answer("-5", "-5.0").correct
     assert not score_answer("7", "8").correct
     assert score_answer("7", None).method == "none"
 
 
-def test_timeout_reports_timed_out_not_correct(monkeypatch):
-    def slow(gold, pred):
-        time.sleep(0.3)
-        return True  # would be "correct" if we waited
+def _slow_check(gold: str, pred: str) -> bool:  # module level: the spawned child imports it
+    time.sleep(60)
+    return True  # would be "correct" if we waited
 
-    monkeypatch.setattr(scoring, "_math_verify_equal", slow)
+
+def _runaway_check(gold: str, pred: str) -> bool:
+    """One long C call holding the GIL, like sympy's gcd of huge integers: a thread running it
+    could not be stopped, and would starve the caller's thread."""
+    return math.gcd(3 ** 30_000_000 + 1, 2 ** 40_000_000 + 3) > 0
+
+
+def _broken_check(gold: str, pred: str) -> bool:
+    raise RuntimeError("sympy exploded")
+
+
+@pytest.fixture
+def verifier(monkeypatch):
+    """score_answer's child process running a check of the test's choice; killed after."""
+    made = []
+
+    def use(check):
+        v = scoring.MathVerifyProcess(check)
+        monkeypatch.setattr(scoring, "_verifier", v)
+        made.append(v)
+        return v
+
+    yield use
+    for v in made:
+        v.stop()
+
+
+def test_timeout_reports_timed_out_not_correct(verifier):
+    v = verifier(_slow_check)
     before = scoring_stats()["timeouts"]
-    result = score_answer("\\frac{1}{2}", "0.5", timeout_s=0.02)
+    result = score_answer("\\frac{1}{2}", "0.5", timeout_s=0.5)
     assert result.timed_out and not result.correct and result.method == "timeout"
     assert scoring_stats()["timeouts"] == before + 1
+    assert not v.alive()  # the overrunning child was killed, not left running
 
     task = Task("t/slow", "q", answer="\\frac{1}{2}")
-    rr = MathReward(timeout_s=0.02)(task, "\\boxed{0.5}")
+    rr = MathReward(timeout_s=0.5)(task, "\\boxed{0.5}")
     assert rr.timed_out and rr.components["correct"] == 0.0 and rr.total == 0.0
+
+
+def test_a_runaway_check_is_killed_and_the_next_check_gets_a_new_process(verifier):
+    v = verifier(_runaway_check)
+    starts = scoring_stats()["verifier_starts"]
+    start = time.monotonic()
+    assert score_answer("\\frac{1}{2}", "0.5", timeout_s=1.0).timed_out
+    # the caller got its answer at the timeout (not when the gcd ends: minutes), and nothing
+    # of the check is left running in this process or beside it
+    assert time.monotonic() - start < 30 and not v.alive()
+    v.check = scoring._math_verify_equal
+    assert score_answer("\\frac{1}{2}", "0.5", timeout_s=30).correct
+    assert scoring_stats()["verifier_starts"] == starts + 2
 
 
 def test_scoring_is_thread_safe():
@@ -428,18 +470,15 @@ def test_reward_rejects_bad_settings():
         MathReward(format_rule="xml")
 
 
-def test_reward_errors_name_the_task(monkeypatch):
+def test_reward_errors_name_the_task(verifier):
     reward = MathReward()
     with pytest.raises(RewardError, match="'t/no-gold'.*no gold answer"):
         reward(Task("t/no-gold", "q", answer=None), "\\boxed{1}")
     with pytest.raises(RewardError, match="'t/bytes'.*TypeError"):
         reward(Task("t/bytes", "q", answer="1"), b"\\boxed{1}")
 
-    def broken(gold, pred):
-        raise RuntimeError("sympy exploded")
-
-    monkeypatch.setattr(scoring, "_math_verify_equal", broken)
-    with pytest.raises(RewardError, match="'t/latex'.*sympy exploded") as e:
+    verifier(_broken_check)
+    with pytest.raises(RewardError, match="'t/latex'.*RuntimeError: sympy exploded") as e:
         reward(Task("t/latex", "q", answer="\\frac{1}{2}"), "\\boxed{\\frac{2}{4}}")
     assert e.value.task_id == "t/latex"
 

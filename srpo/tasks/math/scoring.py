@@ -5,17 +5,21 @@ as Decimals without math-verify (~14 ms a pair otherwise). Equal is decisive; tw
 integers are decisive; unequal non-integers go on to math-verify, whose float rounding (6
 digits) the fast path must not contradict.
 
-Timeouts: math-verify's own timeouts use signal.alarm, which only works in the main thread. We
-turn them off (parsing_timeout=None, timeout_seconds=None) and run each check in a daemon
-thread that the caller waits on for `timeout_s` seconds, which works from any thread. A check
-that overruns is reported as timed_out (never correct) and counted; its thread cannot be killed
-and is left to finish in the background (daemon, so it never blocks interpreter exit;
-`scoring_stats()["running_after_timeout"]` shows how many are still running). A thread pool
-was not used because its workers are joined at exit: one stuck sympy call would hang shutdown.
+Timeouts: math-verify's own timeouts use signal.alarm, which only works in the main thread, and
+cannot stop a long C call. We turn them off (parsing_timeout=None, timeout_seconds=None) and
+run every check in one child process (`MathVerifyProcess`, started on first use, spawned so it
+shares no torch threads) that the caller waits on for `timeout_s` seconds, from any thread. A
+check that overruns is reported as timed_out (never correct) and counted, and the child is
+killed and replaced on the next check. A thread could not be killed: an abandoned sympy check
+(a gcd of huge integers inside `simplify`) kept running in a training process for 36 CPU
+minutes and, holding the GIL inside one long C call, stalled the training thread beside it.
+Requests and replies cross the pipe as JSON, never pickles.
 """
 
 from __future__ import annotations
 
+import json
+import multiprocessing
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +27,7 @@ from dataclasses import dataclass
 from srpo.tasks.math.answers import parse_number
 
 DEFAULT_TIMEOUT_S = 5.0
+START_TIMEOUT_S = 120.0  # the child's start: a fresh interpreter importing srpo and math-verify
 
 
 @dataclass(frozen=True)
@@ -40,7 +45,7 @@ class ScoreResult:
 
 
 _stats_lock = threading.Lock()
-_stats = {"calls": 0, "numeric": 0, "math_verify": 0, "timeouts": 0, "running_after_timeout": 0}
+_stats = {"calls": 0, "numeric": 0, "math_verify": 0, "timeouts": 0, "verifier_starts": 0}
 
 
 def _count(key: str, delta: int = 1) -> None:
@@ -49,15 +54,16 @@ def _count(key: str, delta: int = 1) -> None:
 
 
 def scoring_stats() -> dict[str, int]:
-    """Process-wide counters: calls, numeric, math_verify, timeouts, running_after_timeout."""
+    """Process-wide counters: calls, numeric, math_verify, timeouts, verifier_starts (child
+    processes started: the first, and one after each timeout)."""
     with _stats_lock:
         return dict(_stats)
 
 
 def reset_scoring_stats() -> None:
-    """Zero the counters except running_after_timeout (those threads are still alive)."""
+    """Zero every counter."""
     with _stats_lock:
-        for key in ("calls", "numeric", "math_verify", "timeouts"):
+        for key in _stats:
             _stats[key] = 0
 
 
@@ -105,34 +111,88 @@ def _math_verify_equal(gold: str, pred: str) -> bool:
 _TIMED_OUT = object()
 
 
-def _call_with_timeout(fn: Callable[[], bool], timeout_s: float) -> object:
-    """fn() in a daemon thread; its value, its exception re-raised here, or _TIMED_OUT."""
-    done = threading.Event()
-    box: dict[str, object] = {}
-    abandoned = threading.Event()
+class MathVerifyError(RuntimeError):
+    """math-verify raised in the child process; the message is the child's `Type: message`."""
 
-    def target() -> None:
+
+def _serve(conn, check: Callable[[str, str], bool]) -> None:
+    """The child's loop: import math-verify, say ready, then answer [gold, pred] requests with
+    {"value": bool} or {"error": "Type: message"} until the parent closes the pipe."""
+    _import_math_verify()
+    conn.send_bytes(b'{"ready": true}')
+    while True:
         try:
-            box["value"] = fn()
-        except BaseException as e:  # handed to the caller below
-            box["error"] = e
-        finally:
-            done.set()
-            if abandoned.is_set():
-                _count("running_after_timeout", -1)
+            gold, pred = json.loads(conn.recv_bytes())
+        except EOFError:  # the parent is gone or closed the pipe
+            return
+        try:
+            reply = {"value": bool(check(gold, pred))}
+        except Exception as e:  # handed to the parent, which raises it
+            reply = {"error": f"{type(e).__name__}: {e}"}
+        conn.send_bytes(json.dumps(reply).encode())
 
-    thread = threading.Thread(target=target, name="srpo-math-verify", daemon=True)
-    thread.start()
-    if not done.wait(timeout_s):
-        with _stats_lock:
-            # Re-check under the lock: the thread may have finished between wait() and here.
-            if not done.is_set():
-                abandoned.set()
-                _stats["running_after_timeout"] += 1
+
+class MathVerifyProcess:
+    """math-verify checks in one child process, killed and replaced when a check overruns.
+
+    check: the comparison the child runs, a module-level function (the spawned child imports it
+    by name); `_math_verify_equal` unless a test gives another. Thread-safe: checks are
+    serialized by a lock (one child), which is what the GIL made of the old threads anyway."""
+
+    def __init__(self, check: Callable[[str, str], bool] | None = None) -> None:
+        self.check = check or _math_verify_equal
+        self._lock = threading.Lock()
+        self._proc = None
+        self._conn = None
+
+    def _start(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_serve, args=(child, self.check), name="srpo-math-verify", daemon=True)
+        proc.start()
+        child.close()
+        if not parent.poll(START_TIMEOUT_S):
+            proc.kill()
+            proc.join()
+            raise MathVerifyError(f"the math-verify process did not start within {START_TIMEOUT_S:.0f} s")
+        parent.recv_bytes()  # {"ready": true}
+        self._proc, self._conn = proc, parent
+        _count("verifier_starts")
+
+    def stop(self) -> None:
+        """Kill the child (a check that overran, or the end of a test); the next check starts one."""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.join()
+            self._conn.close()
+        self._proc = self._conn = None
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
+
+    def compare(self, gold: str, pred: str, timeout_s: float) -> object:
+        """check(gold, pred) within timeout_s seconds (the child's start not counted): its
+        value, MathVerifyError for an exception there, or _TIMED_OUT (the child is killed)."""
+        with self._lock:
+            if not self.alive():
+                self.stop()
+                self._start()
+            try:
+                self._conn.send_bytes(json.dumps([gold, pred]).encode())
+                ready = self._conn.poll(timeout_s)
+                reply = json.loads(self._conn.recv_bytes()) if ready else None
+            except (EOFError, OSError) as e:  # the child died (killed from outside, out of memory)
+                self.stop()
+                raise MathVerifyError(f"the math-verify process died during a check ({e!r})") from e
+            if reply is None:
+                self.stop()
                 return _TIMED_OUT
-    if "error" in box:
-        raise box["error"]  # type: ignore[misc]
-    return box["value"]
+        if "error" in reply:
+            raise MathVerifyError(reply["error"])
+        return reply["value"]
+
+
+_verifier = MathVerifyProcess()
 
 
 def score_answer(
@@ -149,7 +209,8 @@ def score_answer(
     timeout_s: wall-clock limit of the math-verify check; None runs it inline with no limit
         (only for trusted inputs). Safe to call from the main thread and from worker threads.
     fast_path: compare plain numbers exactly without math-verify (turn off to test it).
-    Exceptions raised by math-verify propagate (the reward names the task).
+    An exception raised by math-verify is raised here as MathVerifyError with its type and
+    message (the reward names the task).
     """
     if not isinstance(gold, str):
         raise TypeError(f"gold answer must be a str, got {type(gold).__name__}")
@@ -169,7 +230,7 @@ def score_answer(
         return ScoreResult(correct=_math_verify_equal(gold, pred), method="math_verify")
     if timeout_s <= 0:
         raise ValueError(f"timeout_s must be > 0 or None, got {timeout_s}")
-    outcome = _call_with_timeout(lambda: _math_verify_equal(gold, pred), timeout_s)
+    outcome = _verifier.compare(gold, pred, timeout_s)
     if outcome is _TIMED_OUT:
         _count("timeouts")
         return ScoreResult(correct=False, timed_out=True, method="timeout")
