@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -357,7 +359,7 @@ def test_numeric_fast_path_skips_math_verify(monkeypatch):
     assert score_answer("7", None).method == "none"
 
 
-def _slow_check(gold: str, pred: str) -> bool:  # module level: the spawned child imports it
+def _slow_check(gold: str, pred: str) -> bool:  # module level: the child imports it by name
     time.sleep(60)
     return True  # would be "correct" if we waited
 
@@ -378,7 +380,7 @@ def verifier(monkeypatch):
     made = []
 
     def use(check):
-        v = scoring.MathVerifyProcess(check)
+        v = scoring.MathVerifyProcess(f"{__name__}:{check.__name__}")
         monkeypatch.setattr(scoring, "_verifier", v)
         made.append(v)
         return v
@@ -409,9 +411,20 @@ def test_a_runaway_check_is_killed_and_the_next_check_gets_a_new_process(verifie
     # the caller got its answer at the timeout (not when the gcd ends: minutes), and nothing
     # of the check is left running in this process or beside it
     assert time.monotonic() - start < 30 and not v.alive()
-    v.check = scoring._math_verify_equal
+    v.check = "srpo.tasks.math.scoring:_math_verify_equal"
     assert score_answer("\\frac{1}{2}", "0.5", timeout_s=30).correct
     assert scoring_stats()["verifier_starts"] == starts + 2
+
+
+def test_a_script_without_a_main_guard_is_not_run_again_by_the_checker(tmp_path):
+    # a spawned multiprocessing child would import the caller's main script again
+    script = tmp_path / "unguarded.py"
+    script.write_text("from srpo.tasks.math import score_answer\n"
+                      "print('script ran')\n"
+                      "print('correct', score_answer('\\\\frac{1}{2}', '0.5').correct)\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["script ran", "correct True"]
 
 
 def test_scoring_is_thread_safe():

@@ -7,19 +7,23 @@ digits) the fast path must not contradict.
 
 Timeouts: math-verify's own timeouts use signal.alarm, which only works in the main thread, and
 cannot stop a long C call. We turn them off (parsing_timeout=None, timeout_seconds=None) and
-run every check in one child process (`MathVerifyProcess`, started on first use, spawned so it
-shares no torch threads) that the caller waits on for `timeout_s` seconds, from any thread. A
+run every check in one child process (`MathVerifyProcess`, a fresh interpreter started on first
+use) that the caller waits on for `timeout_s` seconds, from any thread. A
 check that overruns is reported as timed_out (never correct) and counted, and the child is
 killed and replaced on the next check. A thread could not be killed: an abandoned sympy check
 (a gcd of huge integers inside `simplify`) kept running in a training process for 36 CPU
 minutes and, holding the GIL inside one long C call, stalled the training thread beside it.
-Requests and replies cross the pipe as JSON, never pickles.
+Requests and replies cross the pipes as JSON lines, never pickles.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
-import multiprocessing
+import os
+import select
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -115,60 +119,74 @@ class MathVerifyError(RuntimeError):
     """math-verify raised in the child process; the message is the child's `Type: message`."""
 
 
-def _serve(conn, check: Callable[[str, str], bool]) -> None:
-    """The child's loop: import math-verify, say ready, then answer [gold, pred] requests with
-    {"value": bool} or {"error": "Type: message"} until the parent closes the pipe."""
+def _resolve(name: str) -> Callable[[str, str], bool]:
+    """"module:function" -> the function."""
+    module, _, attr = name.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def serve(check: str) -> None:
+    """The child's loop (`python -c ...`, started by MathVerifyProcess): import math-verify, say
+    ready, then answer each request line [gold, pred] on stdin with one line {"value": bool} or
+    {"error": "Type: message"} until stdin closes. Anything else printing to stdout is sent to
+    stderr, so the protocol's lines stay its own."""
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    fn = _resolve(check)
     _import_math_verify()
-    conn.send_bytes(b'{"ready": true}')
-    while True:
+    out.write('{"ready": true}\n')
+    for line in sys.stdin:
+        gold, pred = json.loads(line)
         try:
-            gold, pred = json.loads(conn.recv_bytes())
-        except EOFError:  # the parent is gone or closed the pipe
-            return
-        try:
-            reply = {"value": bool(check(gold, pred))}
+            reply = {"value": bool(fn(gold, pred))}
         except Exception as e:  # handed to the parent, which raises it
             reply = {"error": f"{type(e).__name__}: {e}"}
-        conn.send_bytes(json.dumps(reply).encode())
+        out.write(json.dumps(reply) + "\n")
 
 
 class MathVerifyProcess:
     """math-verify checks in one child process, killed and replaced when a check overruns.
 
-    check: the comparison the child runs, a module-level function (the spawned child imports it
-    by name); `_math_verify_equal` unless a test gives another. Thread-safe: checks are
-    serialized by a lock (one child), which is what the GIL made of the old threads anyway."""
+    check: "module:function", the comparison the child runs (`_math_verify_equal` unless a test
+    gives another; the child gets this process's sys.path to import it). The child is a fresh
+    `python -c` process, not a multiprocessing one: spawn would import the caller's main script
+    again, and a script without an `if __name__ == "__main__"` guard would start training again
+    in the child. Thread-safe: checks are serialized by a lock (one child), which is what the
+    GIL made of the old threads anyway."""
 
-    def __init__(self, check: Callable[[str, str], bool] | None = None) -> None:
-        self.check = check or _math_verify_equal
+    def __init__(self, check: str = "srpo.tasks.math.scoring:_math_verify_equal") -> None:
+        self.check = check
         self._lock = threading.Lock()
-        self._proc = None
-        self._conn = None
+        self._proc: subprocess.Popen | None = None
 
     def _start(self) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_serve, args=(child, self.check), name="srpo-math-verify", daemon=True)
-        proc.start()
-        child.close()
-        if not parent.poll(START_TIMEOUT_S):
-            proc.kill()
-            proc.join()
+        code = ("import json, sys; sys.path[:0] = json.loads(sys.argv[1]); "
+                "from srpo.tasks.math.scoring import serve; serve(sys.argv[2])")
+        proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(sys.path), self.check],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self._proc = proc
+        if self._read_line(START_TIMEOUT_S) is None:
+            self.stop()
             raise MathVerifyError(f"the math-verify process did not start within {START_TIMEOUT_S:.0f} s")
-        parent.recv_bytes()  # {"ready": true}
-        self._proc, self._conn = proc, parent
         _count("verifier_starts")
+
+    def _read_line(self, timeout_s: float) -> str | None:
+        """The child's next line, or None when none came within timeout_s (or it exited)."""
+        ready, _, _ = select.select([self._proc.stdout], [], [], timeout_s)
+        line = self._proc.stdout.readline() if ready else ""
+        return line or None
 
     def stop(self) -> None:
         """Kill the child (a check that overran, or the end of a test); the next check starts one."""
         if self._proc is not None:
             self._proc.kill()
-            self._proc.join()
-            self._conn.close()
-        self._proc = self._conn = None
+            self._proc.wait()
+            for f in (self._proc.stdin, self._proc.stdout):
+                f.close()
+        self._proc = None
 
     def alive(self) -> bool:
-        return self._proc is not None and self._proc.is_alive()
+        return self._proc is not None and self._proc.poll() is None
 
     def compare(self, gold: str, pred: str, timeout_s: float) -> object:
         """check(gold, pred) within timeout_s seconds (the child's start not counted): its
@@ -178,15 +196,19 @@ class MathVerifyProcess:
                 self.stop()
                 self._start()
             try:
-                self._conn.send_bytes(json.dumps([gold, pred]).encode())
-                ready = self._conn.poll(timeout_s)
-                reply = json.loads(self._conn.recv_bytes()) if ready else None
-            except (EOFError, OSError) as e:  # the child died (killed from outside, out of memory)
+                self._proc.stdin.write(json.dumps([gold, pred]) + "\n")
+                self._proc.stdin.flush()
+            except OSError as e:  # the child died (killed from outside, out of memory)
                 self.stop()
-                raise MathVerifyError(f"the math-verify process died during a check ({e!r})") from e
-            if reply is None:
+                raise MathVerifyError(f"the math-verify process died before a check ({e!r})") from e
+            line = self._read_line(timeout_s)
+            if line is None:
+                died = not self.alive()
                 self.stop()
+                if died:
+                    raise MathVerifyError("the math-verify process died during a check")
                 return _TIMED_OUT
+        reply = json.loads(line)
         if "error" in reply:
             raise MathVerifyError(reply["error"])
         return reply["value"]
