@@ -49,27 +49,22 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 from clock import BudgetReached, TrainingClock  # noqa: E402 (benchmarks/tta/, this script's folder)
-from peer_common import bf16_supported, math_reward, read_tasks, versions, vote_winner, write_record  # noqa: E402
+from peer_common import (  # noqa: E402
+    bf16_supported,
+    math_reward,
+    peer_arguments,
+    read_tasks,
+    versions,
+    vote_winner,
+    write_record,
+)
 
 POLICIES = ("agent_a", "agent_b", "agent_c")  # srpo_trio.yaml's policy names, in debater order
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True, help="a Hugging Face model folder")
-    p.add_argument("--tasks", required=True, help="the driver's tasks file (peer_common.read_tasks)")
-    p.add_argument("--out", required=True, help="folder for ckpt/<tag>/<policy>/ and peer.json")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--budget", type=float, required=True, help="training seconds")
-    p.add_argument("--every", type=float, default=60.0, help="training seconds between checkpoints")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--lr", type=float, default=4e-4)
-    p.add_argument("--max-new-tokens", type=int, default=24)
-    p.add_argument("--lora-rank", type=int, default=16)
-    p.add_argument("--lora-alpha", type=float, default=32.0)
-    p.add_argument("--bf16", choices=("auto", "on", "off"), default="auto",
-                   help="base weights in bfloat16; auto: where the CPU computes it")
-    return p.parse_args()
+    return peer_arguments(__doc__.splitlines()[0],
+                          bf16_help="base weights in bfloat16; auto: where the CPU computes it").parse_args()
 
 
 def joint_reward(score):

@@ -9,17 +9,37 @@ environments, ../trl-venv and ../comlrl-venv, never in .venv).
 - The tasks file the driver writes: a JSON list of {task_id, answer, messages, text}, the
   training pool in srpo's order (messages: the chat turns srpo conditions its agent on; text:
   them rendered by the model's chat template with the generation prompt).
-- Writing a side's record and its versions.
+- The command-line options both take (`peer_arguments`), and writing a side's record and its
+  versions.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: srpo's reward is read from here
+
+
+def peer_arguments(description: str, bf16_help: str) -> argparse.ArgumentParser:
+    """The options every peer script takes (the driver passes them); a peer adds its own."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--model", required=True, help="a Hugging Face model folder")
+    p.add_argument("--tasks", required=True, help="the driver's tasks file (peer_common.read_tasks)")
+    p.add_argument("--out", required=True, help="folder for ckpt/<tag>/<policy>/ and peer.json")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--budget", type=float, required=True, help="training seconds")
+    p.add_argument("--every", type=float, default=60.0, help="training seconds between checkpoints")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--lr", type=float, default=4e-4)
+    p.add_argument("--max-new-tokens", type=int, default=24)
+    p.add_argument("--lora-rank", type=int, default=16)
+    p.add_argument("--lora-alpha", type=float, default=32.0)
+    p.add_argument("--bf16", choices=("auto", "on", "off"), default="auto", help=bf16_help)
+    return p
 
 
 def math_reward():

@@ -44,28 +44,16 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 from clock import TrainingClock  # noqa: E402 (benchmarks/tta/, this script's folder)
-from peer_common import bf16_supported, math_reward, read_tasks, versions, write_record  # noqa: E402
+from peer_common import bf16_supported, math_reward, peer_arguments, read_tasks, versions, write_record  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True, help="a Hugging Face model folder")
-    p.add_argument("--tasks", required=True, help="the driver's tasks file (peer_common.read_tasks)")
-    p.add_argument("--out", required=True, help="folder for ckpt/<tag>/<policy>/ and peer.json")
+    p = peer_arguments(__doc__.splitlines()[0],
+                       bf16_help="auto: on where the CPU computes bfloat16 (GRPOConfig's default is on)")
     p.add_argument("--policy", default="solver", help="the srpo policy name the evaluation loads it as")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--budget", type=float, required=True, help="training seconds")
-    p.add_argument("--every", type=float, default=60.0, help="training seconds between checkpoints")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--lr", type=float, default=4e-4)
     p.add_argument("--num-generations", type=int, default=4)
     p.add_argument("--prompts-per-step", type=int, default=6)
-    p.add_argument("--max-new-tokens", type=int, default=24)
     p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--lora-rank", type=int, default=16)
-    p.add_argument("--lora-alpha", type=float, default=32.0)
-    p.add_argument("--bf16", choices=("auto", "on", "off"), default="auto",
-                   help="auto: on where the CPU computes bfloat16 (GRPOConfig's default is on)")
     p.add_argument("--mask-truncated", choices=("on", "off"), default="on")
     return p.parse_args()
 
