@@ -338,10 +338,24 @@ def eval_command(config: str, overrides: list[str], adapters: dict[str, Path], t
             "--out", str(out)]
 
 
+def shard(jobs: list, spec: str | None) -> list:
+    """The jobs of shard "K/N" (K in 1..N): every N-th job from the K-th, so N evaluators side by
+    side split the work; None: all of them."""
+    if spec is None:
+        return jobs
+    try:
+        k, n = (int(x) for x in spec.split("/"))
+    except ValueError:
+        raise SystemExit(f"--shard must be K/N (e.g. 1/2), got {spec!r}") from None
+    if not 1 <= k <= n:
+        raise SystemExit(f"--shard {spec}: K must be in 1..N")
+    return jobs[k - 1 :: n]
+
+
 def cmd_evaluate(args: argparse.Namespace) -> None:
     root = Path(args.root)
-    jobs = eval_jobs(root)
-    print(f"{len(jobs)} evaluations to run under {root}")
+    jobs = shard(eval_jobs(root), args.shard)
+    print(f"{len(jobs)} evaluations to run under {root}" + (f" (shard {args.shard})" if args.shard else ""))
     for folder, config, overrides, adapters in jobs:
         folder.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
@@ -419,6 +433,27 @@ def accuracy_at(runs: list[dict], t: float) -> float:
     return statistics.fmean(value_at(r["points"], t) for r in runs)
 
 
+def equal_time_per_seed(peer_runs: list[dict], arm_runs: list[dict]) -> list[dict]:
+    """Seed by seed (the same seed number on both sides), at every checkpoint time t of the
+    peer's run after t = 0 and up to the end of both runs: is the arm's a_s(t) above, equal to or
+    below the peer's? Counts per seed: {seed, ahead, tied, behind}."""
+    arm_by_seed = {r["seed"]: r for r in arm_runs}
+    out = []
+    for peer in peer_runs:
+        arm = arm_by_seed.get(peer["seed"])
+        if arm is None:
+            continue
+        end = min(peer["points"][-1][0], arm["points"][-1][0])
+        counts = {"ahead": 0, "tied": 0, "behind": 0}
+        for t, a_peer in peer["points"][1:]:
+            if t > end:
+                break
+            a_arm = value_at(arm["points"], t)
+            counts["ahead" if a_arm > a_peer else "tied" if a_arm == a_peer else "behind"] += 1
+        out.append({"seed": peer["seed"], **counts})
+    return out
+
+
 def compare(runs: dict[str, list[dict]], peer: str, arm: str) -> dict:
     """Against peer P: its best mean accuracy B = max_t m_P(t) (and when, t_B), the arm's time to
     reach B, and both means at P's total training time T_P = T_arm(P)."""
@@ -429,6 +464,7 @@ def compare(runs: dict[str, list[dict]], peer: str, arm: str) -> dict:
             "arm_reaches_best_at": time_to_reach(runs[arm], best),
             "arm_reaches_best_at_per_seed": seed_times_to_reach(runs[arm], best), "arm_total": arm_end(runs[arm]),
             "arm_at_peer_total": accuracy_at(runs[arm], t_peer), "peer_at_peer_total": accuracy_at(runs[peer], t_peer),
+            "equal_time_per_seed": equal_time_per_seed(runs[peer], runs[arm]),
             "seeds": {"peer": len(runs[peer]), "arm": len(runs[arm])}}
 
 
@@ -457,13 +493,15 @@ def _sec(x: float | None) -> str:
 def markdown(result: dict) -> str:
     """The comparison table and the times table."""
     lines = ["| peer | peer's best (at) | srpo arm | time to the peer's best | at the peer's total time "
-             "(peer there) |", "|---|---|---|---|---|"]
+             "(peer there) | at the peer's checkpoints, seed by seed: ahead / tied / behind |",
+             "|---|---|---|---|---|---|"]
     for c in result["comparisons"]:
         short = " (arm ends earlier)" if c["arm_total"] < c["peer_total"] else ""
+        seeds = ", ".join(f"{s['ahead']}/{s['tied']}/{s['behind']}" for s in c["equal_time_per_seed"]) or "-"
         lines.append(f"| {c['peer']} ({c['seeds']['peer']} seeds) | {_pct(c['peer_best'])} ({_sec(c['peer_best_at'])}) "
                      f"| {c['arm']} ({c['seeds']['arm']} seeds) | {_sec(c['arm_reaches_best_at'])} "
                      f"| {_pct(c['arm_at_peer_total'])} at {_sec(c['peer_total'])}{short} "
-                     f"({_pct(c['peer_at_peer_total'])}) |")
+                     f"({_pct(c['peer_at_peer_total'])}) | {seeds} |")
     lines += ["", "| arm | seeds | start-up (mean) | training (mean) | steps (mean) | checkpoints | evaluation (all) |",
               "|---|---|---|---|---|---|---|"]
     for arm, t in result["times"].items():
@@ -531,6 +569,8 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--peer-python", help="the peer environment's python (trl_grpo, comlrl_magrpo)")
     e = sub.add_parser("evaluate", help="score every checkpoint (and base) not yet scored")
     e.add_argument("--threads", type=int, default=2)
+    e.add_argument("--shard", help="K/N: only every N-th evaluation from the K-th (N evaluators side by side, "
+                                   "--threads 1 each)")
     a = sub.add_parser("analyze", help="curves.png, table.md and analysis.json")
     a.add_argument("--out", help="folder for the outputs (default: --root)")
     for s in (r, e, a):

@@ -141,6 +141,30 @@ def test_merged_results_dedup_by_doc_id_best_rank_first():
     assert "recall_at_k" not in stats.metadata({})  # no supporting docs: no recall
 
 
+def test_first_step_and_per_hop_recall_diagnostics():
+    e, stats = env(top_k=1), SearchStats()
+    chain = {"supporting_doc_ids": ["veltra", "marr"], "hops": 2}
+    meta = stats.metadata(chain)  # nothing retrieved yet: no step, recall 0
+    assert (meta["first_step_recall"], meta["first_step_complete"]) == (0.0, 0.0)
+    assert (meta["recall_hop1"], meta["recall_hop2"]) == (0.0, 0.0)
+    e.retrieve([], stats)  # a round that ran no query is an empty first step
+    e.retrieve(["Veltra port"], stats)  # veltra
+    e.retrieve(["Ilsa Marr shipwright"], stats)  # marr
+    assert stats.steps == [frozenset(), frozenset({"veltra"}), frozenset({"marr"})]
+    meta = stats.metadata(chain)
+    assert (meta["recall_at_k"], meta["first_step_recall"], meta["first_step_complete"]) == (1.0, 0.0, 0.0)
+    assert (meta["recall_hop1"], meta["recall_hop2"]) == (1.0, 1.0)
+
+    e, stats = env(top_k=2), SearchStats()
+    e.retrieve(["Veltra Ilsa Marr"], stats)  # one step: veltra and marr together
+    meta = stats.metadata(chain)
+    assert (meta["first_step_recall"], meta["first_step_complete"]) == (1.0, 1.0)
+    meta = stats.metadata({"supporting_doc_ids": ["marr", "kessel"], "hops": 2})
+    assert (meta["first_step_recall"], meta["recall_hop1"], meta["recall_hop2"]) == (0.5, 1.0, 0.0)
+    # not a chain (more documents than hops): no per-hop recall
+    assert "recall_hop1" not in stats.metadata({"supporting_doc_ids": ["marr", "kessel"], "hops": 1})
+
+
 def test_env_rejects_bad_settings():
     with pytest.raises(ValueError, match="top_k must be an int >= 1"):
         SearchEnv(KeywordRetriever(), top_k=0)

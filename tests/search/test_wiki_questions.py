@@ -137,3 +137,51 @@ def test_real_summaries_are_deterministic_and_split(summaries):
     assert sample != wiki_questions(n=25, seed=2)
     with pytest.raises(ValueError, match="only"):
         wiki_questions(rules=["country_capital"], n=100_000)
+
+
+def test_two_hop_questions_chain_a_place_to_its_countrys_capital():
+    from srpo.tasks.search.wiki_questions import wiki_two_hop_questions_from_entries
+
+    entries = [
+        *ENTRIES[:3],  # Vardia (its own entry states the capital, Lerith), Lerith, Kora Town
+        entry("Mosk", "Country in Asia", "Mosk is a country in Asia."),  # no capital sentence
+        entry("Tarn", "Capital of Mosk", "Tarn is the capital of Mosk."),  # capital_of states it
+        entry("Berel", "City in Mosk", "Berel is a city in Mosk."),
+        # refused: the place's entry names the capital (one hop would do); a comma title names
+        # the bridge; a country whose capital no entry states
+        entry("Pell", "Town in Vardia", "Pell is a town in Vardia, near Lerith."),
+        entry("Fen, Vardia", "Town in Vardia", "Fen is a town in Vardia."),
+        entry("Quor", "Country in Africa", "Quor is a country."),
+        entry("Dunn", "City in Quor", "Dunn is a city in Quor."),
+    ]
+    tasks = wiki_two_hop_questions_from_entries(entries)
+    got = [(t.task_id, t.prompt, t.answer, t.metadata["supporting_doc_ids"], t.metadata["bridge_entities"])
+           for t in tasks]
+    # Lerith (index 1) is itself the capital: refused
+    assert got == [
+        ("wiki/capital_of_country_of_place/2", "What is the capital of the country where Kora Town is?",
+         "Lerith", ["wiki:Kora Town", "wiki:Vardia"], ["Vardia"]),
+        ("wiki/capital_of_country_of_place/5", "What is the capital of the country where Berel is?",
+         "Tarn", ["wiki:Berel", "wiki:Tarn"], ["Mosk"]),
+    ]
+    for t in tasks:
+        assert t.metadata["hops"] == 2 and t.metadata["rule"] == "capital_of_country_of_place"
+        assert not contains_answer(t.prompt, t.answer)
+    splits = {t.task_id: t.metadata["split"] for t in tasks}
+    for split in ("train", "heldout"):
+        assert [t.task_id for t in wiki_two_hop_questions_from_entries(entries, split=split)] == [
+            i for i, s in splits.items() if s == split]
+    with pytest.raises(ValueError, match="split must be"):
+        wiki_two_hop_questions_from_entries(entries, split="dev")
+
+
+def test_two_hop_questions_from_the_installed_summaries(summaries):
+    from srpo.tasks.search.wiki_questions import wiki_two_hop_questions_from_entries
+
+    tasks = wiki_two_hop_questions_from_entries(summaries)
+    assert len(tasks) == 99 and sum(t.metadata["split"] == "heldout" for t in tasks) == 23
+    docs = {d.doc_id: d.text for d in wikipedia_summaries()}
+    for t in tasks:
+        first, second = t.metadata["supporting_doc_ids"]
+        assert contains_answer(docs[second], t.answer) and not contains_answer(docs[first], t.answer)
+        assert contains_answer(docs[first], t.metadata["bridge_entities"][0])

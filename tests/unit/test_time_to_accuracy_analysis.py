@@ -77,6 +77,12 @@ def test_comparisons_time_to_the_peers_best_and_accuracy_at_its_total(root):
     assert fast["peer_at_peer_total"] == 0.3125
     assert (fast["arm_total"], fast["seeds"]) == (200, {"peer": 2, "arm": 2})
     assert slow["arm_reaches_best_at"] is None  # 0.25 at best
+    # seed 0 at the peer's 60, 120, 180: fast holds 0.125 < 0.25, 0.25 < 0.5, 0.5 > 0.375; seed 1 at
+    # 65, 125, 190: 0.5 > 0.125, 0.25 = 0.25, 0.25 < 0.625 (its 210 is later)
+    assert fast["equal_time_per_seed"] == [{"seed": 0, "ahead": 1, "tied": 0, "behind": 2},
+                                           {"seed": 1, "ahead": 1, "tied": 1, "behind": 1}]
+    # slow has seed 0 only, ending at 150: the peer's 60 and 120 (0.125 < 0.25, 0.25 < 0.5)
+    assert slow["equal_time_per_seed"] == [{"seed": 0, "ahead": 0, "tied": 0, "behind": 2}]
     assert (slow["arm_total"], slow["arm_at_peer_total"]) == (150, 0.25)  # ends before 180: its end
 
 
@@ -86,10 +92,19 @@ def test_times_and_markdown(root):
     assert (t["seeds"], t["startup_mean"], t["checkpoints"], t["eval_seconds"]) == (2, 10.5, 6, 12.0)
     assert t["train_mean"] == (180.5 + 190.5) / 2
     table = tta.markdown(result)
-    assert ("| trl_grpo (2 seeds) | 37.5% (125 s) | srpo_single_srpo (2 seeds) | 62 s | 37.5% at 180 s (31.2%) |"
-            in table)
+    assert ("| trl_grpo (2 seeds) | 37.5% (125 s) | srpo_single_srpo (2 seeds) | 62 s | 37.5% at 180 s (31.2%) "
+            "| 1/0/2, 1/1/1 |" in table)
     assert ("| trl_grpo (2 seeds) | 37.5% (125 s) | srpo_single_grpo (1 seeds) | not reached "
-            "| 25.0% at 180 s (arm ends earlier) (31.2%) |" in table)
+            "| 25.0% at 180 s (arm ends earlier) (31.2%) | 0/0/2 |" in table)
+
+
+def test_shards_split_the_evaluations_without_overlap():
+    jobs = list(range(7))
+    assert tta.shard(jobs, None) == jobs
+    assert tta.shard(jobs, "1/2") == [0, 2, 4, 6] and tta.shard(jobs, "2/2") == [1, 3, 5]
+    for bad in ("0/2", "3/2", "2", "a/b"):
+        with pytest.raises(SystemExit, match="--shard"):
+            tta.shard(jobs, bad)
 
 
 def test_a_run_with_an_unscored_checkpoint_waits_for_evaluate(root):

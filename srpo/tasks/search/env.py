@@ -144,6 +144,9 @@ class SearchStats:
     errors: list[str] = field(default_factory=list)  # reasons of the invalid turns
     # doc id -> (best rank, first-seen order, passage): everything retrieved in the episode
     found: dict[str, tuple[int, int, Passage]] = field(default_factory=dict)
+    # the doc ids of each retrieval step, in order (a searcher turn's call, a search_parallel
+    # round's one call; a round that ran no query is an empty step)
+    steps: list[frozenset[str]] = field(default_factory=list)
 
     def add(self, passages: Sequence[Passage]) -> None:
         for p in passages:
@@ -158,9 +161,15 @@ class SearchStats:
         return [p for _, _, p in sorted(self.found.values(), key=lambda v: (v[0], v[1]))]
 
     def metadata(self, task_metadata: Mapping[str, Any]) -> dict[str, Any]:
-        """Episode.metadata entries. recall_at_k: share of the task's supporting documents that
-        some retrieval of the episode returned (a diagnostic, not part of the reward); only
-        when the task lists supporting_doc_ids."""
+        """Episode.metadata entries. Diagnostics, never part of the reward, written only when
+        the task lists supporting_doc_ids (G):
+          recall_at_k: |G ∩ everything retrieved| / |G|;
+          first_step_recall: |G ∩ the first retrieval step's documents| / |G| (0 when no step
+              ran), and first_step_complete: 1 when that step alone found all of G (a question
+              answerable from the first round's retrieval alone);
+          recall_hop<i>: 1 when the i-th supporting document was retrieved at all, for a chain
+              question (metadata hops == |G|, G in hop order: the generated world's).
+        """
         out: dict[str, Any] = {
             "search_turns": self.turns,
             "search_calls": self.calls,
@@ -175,6 +184,12 @@ class SearchStats:
         supporting = task_metadata.get("supporting_doc_ids")
         if supporting:
             out["recall_at_k"] = recall(self.found, supporting)
+            first = recall(self.steps[0], supporting) if self.steps else 0.0
+            out["first_step_recall"] = first
+            out["first_step_complete"] = float(first == 1.0)
+            if task_metadata.get("hops") == len(supporting):
+                for i, doc_id in enumerate(supporting, 1):
+                    out[f"recall_hop{i}"] = float(doc_id in self.found)
         return out
 
 
@@ -243,6 +258,7 @@ class SearchEnv:
         """Top-k passages of each query, as ONE retriever call (counted, added to stats)."""
         queries = list(queries)
         if not queries:
+            stats.steps.append(frozenset())  # a step that ran nothing (a round without a query)
             return []
         results = self.retriever.search(queries, self.top_k)
         if len(results) != len(queries):
@@ -259,6 +275,7 @@ class SearchEnv:
         stats.calls += len(queries)
         for r in results:
             stats.add(r)
+        stats.steps.append(frozenset(p.doc_id for r in results for p in r))
         return results
 
     def split_calls(self, parsed: TurnParse, stats: SearchStats) -> tuple[list[str], list[str]]:

@@ -28,6 +28,11 @@ class SearchSection(TaskSettings):
     corpus: str = "world"  # "world" (generated fictional entities, synthetic) | "wiki" | "jsonl"
     world: dict[str, Any] = Field(default_factory=dict)  # world: generate_world keyword args
     hops: List[int] = Field(default_factory=lambda: [1, 2, 3])  # world: question hop counts
+    # world: the held-out split's hop counts (null: `hops`); e.g. train on [1, 2], evaluate on [2]
+    heldout_hops: List[int] | None = None
+    # wiki: which synthetic questions, [1] the one-hop rules, [2] the two-hop ones (capital of
+    # the country where a place is), [1, 2] both (srpo.tasks.search.wiki_questions)
+    wiki_hops: List[int] = Field(default_factory=lambda: [1])
     corpus_path: InputPath | None = None  # jsonl: documents, one {"id", "title", "text"} a line
     questions_path: InputPath | None = None  # jsonl: questions file (JSONL / JSON array / Parquet)
     questions_format: str = "nq"  # jsonl: "nq" | "hotpotqa" | "2wiki" | "musique" (its loader)
@@ -55,6 +60,15 @@ class SearchSection(TaskSettings):
             raise ConfigError("task.search.corpus 'jsonl' needs corpus_path and questions_path")
         if not self.hops or not set(self.hops) <= {1, 2, 3}:
             raise ConfigError(f"task.search.hops must be among 1, 2, 3, got {self.hops}")
+        if self.heldout_hops is not None and (not self.heldout_hops
+                                              or not set(self.heldout_hops) <= {1, 2, 3}):
+            raise ConfigError(f"task.search.heldout_hops must be among 1, 2, 3 (or null: hops), "
+                              f"got {self.heldout_hops}")
+        if not self.wiki_hops or not set(self.wiki_hops) <= {1, 2}:
+            raise ConfigError(f"task.search.wiki_hops must be among 1, 2, got {self.wiki_hops}")
+        if self.heldout_hops is not None and self.corpus != "world":
+            raise ConfigError(f"task.search.heldout_hops applies to the generated world only "
+                              f"(corpus is {self.corpus!r})")
         for key in ("top_k", "max_calls_per_turn", "max_turns", "max_observation_chars"):
             positive(f"task.search.{key}", getattr(self, key))
         return self
@@ -82,11 +96,13 @@ def load_tasks(cfg: Any, split: str, size: int) -> list[Task]:
 
         world = _world(cfg.seed, tuple(sorted(s.world.items())))
         full = cfg.train_size if split == "train" else cfg.heldout_size
-        return world_questions(world, hops=s.hops, n=full, seed=cfg.seed, split=split)[:size]
+        hops = s.hops if split == "train" or s.heldout_hops is None else s.heldout_hops
+        return world_questions(world, hops=hops, n=full, seed=cfg.seed, split=split)[:size]
     if s.corpus == "wiki":
-        from srpo.tasks.search.wiki_questions import wiki_questions
+        from srpo.tasks.search.wiki_questions import wiki_questions, wiki_two_hop_questions
 
-        tasks = wiki_questions(split=split, seed=cfg.seed)
+        tasks = [*(wiki_questions(split=split, seed=cfg.seed) if 1 in s.wiki_hops else []),
+                 *(wiki_two_hop_questions(split=split, seed=cfg.seed) if 2 in s.wiki_hops else [])]
     else:
         from srpo.tasks.search import loaders
 

@@ -32,6 +32,14 @@ Rules (WIKI_RULES):
                     same descriptions when they carry a year, the year occurs in the extract,
                     and no other entry has the same (year, kind, creator).
 
+Two-hop questions (`wiki_two_hop_questions`, rule `capital_of_country_of_place`):
+  "What is the capital of the country where {place} is?": hop 1, the place's entry names its
+  country (a `country_of_place` fact); hop 2, a document stating that country's capital: the
+  country's own entry (a `country_capital` fact) or else the capital's entry (a `capital_of`
+  fact). Dropped when the place's entry already names the capital (one hop would do), the place
+  is the capital, or its title has a comma ("Fez, Morocco" names the bridge). Supporting
+  documents: [the place's entry, the hop-2 document]; metadata bridge_entities: [the country].
+
 Splits: a question goes to "heldout" when a hash of (seed, its normalized subject and answer,
 unordered) falls below heldout_fraction, so the questions of one fact (a capital asked both
 ways) land in one split.
@@ -55,6 +63,7 @@ from srpo.types import Task
 
 SOURCE = "search/wiki-synthetic"
 WIKI_RULES = ("country_capital", "capital_of", "country_of_place", "creator", "work_by_creator")
+WIKI_TWO_HOP_RULES = ("capital_of_country_of_place",)
 
 Entry = Mapping[str, Any]
 
@@ -324,6 +333,76 @@ def wiki_questions_from_entries(
                     },
                 ))
     return tasks
+
+
+def _capitals(entries: Sequence[Entry], countries: set[str]) -> dict[str, tuple[str, str]]:
+    """country -> (its capital, the title of the entry that states it): the country's own entry
+    ("Its capital is X", country_capital) first, else the capital's ("Capital of X", capital_of);
+    each fact only where the stating entry's extract names the answer."""
+    by_country: dict[str, tuple[str, str]] = {}
+    for entry in entries:
+        for q in _rule_country_capital(entry, countries):
+            if contains_answer(entry["extract"], q.answer):
+                by_country[entry["title"]] = (q.answer, entry["title"])
+    for entry in entries:
+        for q in _rule_capital_of(entry, countries):
+            if (q.answer in countries and q.answer not in by_country
+                    and contains_answer(entry["extract"], q.answer)):
+                by_country[q.answer] = (entry["title"], entry["title"])
+    return by_country
+
+
+def wiki_two_hop_questions_from_entries(
+    entries: Sequence[Entry],
+    *,
+    split: str | None = None,
+    heldout_fraction: float = 0.2,
+    seed: int = 0,
+) -> list[Task]:
+    """Two-hop questions from summary entries (the module doc: "Two-hop questions"), ordered by
+    the place's entry; split None keeps both splits."""
+    if split not in (None, "train", "heldout"):
+        raise ValueError(f"split must be None, 'train' or 'heldout', got {split!r}")
+    countries = {e["title"] for e in entries if _is_country(e)}
+    capitals = _capitals(entries, countries)
+    tasks: list[Task] = []
+    for index, entry in enumerate(entries):
+        place = entry["title"]
+        for q in _rule_country_of_place(entry, countries):
+            if "," in place or not contains_answer(entry["extract"], q.answer) or q.answer not in capitals:
+                continue
+            capital, stated_in = capitals[q.answer]
+            question = f"What is the capital of the country where {place} is?"
+            if (stated_in == place or normalize_answer(capital) == normalize_answer(place)
+                    or contains_answer(entry["extract"], capital) or contains_answer(question, capital)):
+                continue
+            which = _split_of(seed, place, capital, heldout_fraction)
+            if split is not None and which != split:
+                continue
+            tasks.append(Task(
+                task_id=f"wiki/capital_of_country_of_place/{index}",
+                prompt=question,
+                answer=capital,
+                source=SOURCE,
+                metadata={
+                    "answer_aliases": _aliases(capital),
+                    "supporting_doc_ids": [wiki_doc_id(place), wiki_doc_id(stated_in)],
+                    "hops": 2,
+                    "rule": "capital_of_country_of_place",
+                    "title": place,
+                    "bridge_entities": [q.answer],
+                    "split": which,
+                    "synthetic": True,
+                },
+            ))
+    return tasks
+
+
+def wiki_two_hop_questions(*, split: str | None = None, heldout_fraction: float = 0.2, seed: int = 0,
+                           path: str | Path | None = None) -> list[Task]:
+    """The two-hop questions of the Wikipedia summaries (`path`: a file of the same format)."""
+    return wiki_two_hop_questions_from_entries(read_wiki_entries(path), split=split,
+                                               heldout_fraction=heldout_fraction, seed=seed)
 
 
 def read_wiki_entries(path: str | Path | None = None) -> list[dict[str, Any]]:

@@ -260,6 +260,10 @@ class SearchParallel(_SearchRoles):
           of an episode sum to its recall_at_k. Recorded as metadata retrieval_credit_r<r>
           (rounds that ran) and retrieval_credit_total (their sum). A task without
           supporting_doc_ids is an error (never a silent 0).
+    early_answers: True (default), a read before the last round may answer (a well-formed
+    <answer> block ends the episode); False, every round runs, each read but the last only says
+    what is missing (its whole reply is the next round's {note}, tags and all) and the last
+    read answers: a fixed R-round search for questions known to need R hops.
     query_prompt fields: {question}, {found}, {note}; first_query_prompt (round 1, when given;
     nothing is found yet): {question}; read_prompt: {question}, {information}, {instruction},
     where {instruction} is more_instruction, or final_instruction in the last round.
@@ -277,6 +281,7 @@ class SearchParallel(_SearchRoles):
     final_instruction: str = FINAL_INSTRUCTION  # {instruction} of the last round's read
     credit: str = "episode"  # "episode" | "retrieval" (see the class doc)
     credit_hit_weight: float = 0.0  # w in [0, 1]: credit = (1 - w) * recall gain + w * any hit
+    early_answers: bool = True  # False: every round runs; only the last read answers
     env: SearchEnv | None = None
 
     name = "search_parallel"
@@ -304,6 +309,9 @@ class SearchParallel(_SearchRoles):
         if w and self.credit != "retrieval":
             raise ValueError("search_parallel.credit_hit_weight applies only with credit: "
                              f"retrieval (credit is {self.credit!r})")
+        if not isinstance(self.early_answers, bool):
+            raise ValueError(f"search_parallel.early_answers must be true or false, "
+                             f"got {self.early_answers!r}")
         check_template(self.query_prompt, ["question", "found", "note"],
                        where="search_parallel.query_prompt")
         if self.first_query_prompt is not None:
@@ -389,7 +397,7 @@ class SearchParallel(_SearchRoles):
                 question=q, information=found,
                 instruction=self.final_instruction if last else self.more_instruction))
             ctx.transition(f"read-{r}", [reader])
-            if parse_turn(reader.text).answer is not None:
+            if (last or self.early_answers) and parse_turn(reader.text).answer is not None:
                 break
             note = " ".join(reader.text.split()) or "(not said)"
         else:
