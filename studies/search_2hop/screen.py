@@ -58,6 +58,12 @@ FIXED_ANSWER_DEMOS = [
     [f"Search results:\n[1] {TARVO}\nQuestion: {QUESTION_2HOP}\n{MISSING}", "Missing: where Lina Oste was born."],
     ANSWER_DEMO_FINAL,
 ]
+# round 2's writers without a note: the bridge comes from what was found
+WRITER_DEMOS_FOUND = [
+    WRITER_DEMOS[0],
+    [f"Question: {QUESTION_2HOP}\nFound so far:\n<information>\n[1] {TARVO}\n</information>\n\n"
+     "Write a search query for what is missing.", "Lina Oste"],
+]
 # a second writer role that names the entity and the relation asked ("Lina Oste birthplace")
 RELATION_DEMOS = [
     [WRITER_DEMOS[0][0], "Tarvo Books founder"],
@@ -69,7 +75,7 @@ def examples(role: str, demos: list) -> str:
     return f"agents.{role}.examples={json.dumps(demos)}"
 
 
-FIXED = [*TWO_HOP, "workflow.params.early_answers=false", f"workflow.params.more_instruction={MISSING}",
+FIXED = [*TWO_HOP, "workflow.params.between_rounds=note", f"workflow.params.more_instruction={MISSING}",
          examples("query_writer", WRITER_DEMOS), examples("answerer", FIXED_ANSWER_DEMOS)]
 VARIANTS: dict[str, list[str]] = {
     # the 1-hop job as shipped, asked 2-hop questions
@@ -81,6 +87,9 @@ VARIANTS: dict[str, list[str]] = {
                             examples("answerer", [*ANSWER_DEMOS, ANSWER_DEMO_FINAL])],
     # two rounds always: the first read only says what is missing, the second answers
     "fixed": FIXED,
+    # two rounds, no read between them: round 2's writers see what round 1 found
+    "no_note": [*TWO_HOP, "workflow.params.between_rounds=none", examples("query_writer", WRITER_DEMOS_FOUND),
+                examples("answerer", [ANSWER_DEMO_FINAL])],
     # the same with two passages per query
     "fixed_top2": [*FIXED, "task.search.top_k=2"],
     # the same with two writer roles of one adapter: the name; the name and the relation

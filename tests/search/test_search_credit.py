@@ -137,29 +137,35 @@ def test_a_round_that_answers_early_credits_only_the_rounds_that_ran():
     assert "retrieval_credit_r2" not in ep.metadata and ep.metadata["retrieval_credit_total"] == 1.0
 
 
-def test_without_early_answers_every_round_runs_and_the_first_read_is_the_next_note():
+def test_between_rounds_note_and_none_run_every_round():
     writers = script(("<search>Veltra</search>", "<search>Veltra</search>"),
                      ("<search>Ilsa Marr born</search>", "<search>Kessel copper</search>"), None)
     prompts = []
 
-    def always_answers(req):  # the answerer answers in every round, even the first
+    def always_answers(req):  # the answerer answers whenever it reads, even after round 1
         prompts.append((req.agent, TOK.decode(list(req.prompt_ids))))
         return "<answer>Kessel</answer>" if req.agent == "answerer" else writers(req)
 
-    early, _, _ = episode(always_answers, RETRIEVAL)  # the default: the first read's answer ends it
+    early, _, _ = episode(always_answers, RETRIEVAL)  # answer_or_note: round 1's answer ends it
     assert [(s.event, s.reward) for s in early.transitions] == [("query-1", 0.5), ("read-1", None)]
-    prompts.clear()
-    ep, _, env = episode(always_answers, {**RETRIEVAL, "early_answers": False})
-    # round 1 finds veltra (1/2), round 2 marr (1/2): both rounds ran, the last read answered
-    assert [(s.event, s.reward) for s in ep.transitions] == [
-        ("query-1", 0.5), ("read-1", None), ("query-2", 0.5), ("read-2", None)]
-    assert env.retriever.calls == [["Veltra", "Veltra"], ["Ilsa Marr born", "Kessel copper"]]
-    assert ep.reward == pytest.approx(1.1) and ep.metadata["search_rounds"] == 2
-    assert ep.metadata["search_budget_exhausted"] == 0
-    round2 = [p for agent, p in prompts if agent.startswith("writer")][2:]
-    assert len(round2) == 2 and all("Still missing: <answer>Kessel</answer>" in p for p in round2)
-    with pytest.raises(ValueError, match="early_answers must be true or false"):
-        build_workflow("search_parallel", {"early_answers": "no"})
+    for between, events in (("note", ["query-1", "read-1", "query-2", "read-2"]),
+                            ("none", ["query-1", "query-2", "read-2"])):
+        prompts.clear()
+        ep, _, env = episode(always_answers, {**RETRIEVAL, "between_rounds": between})
+        # round 1 finds veltra (1/2), round 2 marr (1/2); the last read answers
+        assert [s.event for s in ep.transitions] == events
+        assert [s.reward for s in ep.transitions if s.event.startswith("query")] == [0.5, 0.5]
+        assert env.retriever.calls == [["Veltra", "Veltra"], ["Ilsa Marr born", "Kessel copper"]]
+        assert ep.reward == pytest.approx(1.1) and ep.metadata["search_rounds"] == 2
+        assert ep.metadata["search_budget_exhausted"] == 0
+        round2 = [p for agent, p in prompts if agent.startswith("writer")][2:]
+        # note: the first read's whole reply is the note; none: no read, an empty note
+        note = "<answer>Kessel</answer>" if between == "note" else ""
+        assert len(round2) == 2 and all(f"Still missing: {note}\n" in p for p in round2)
+        assert all("Veltra is a river port" in p for p in round2)  # what round 1 found
+        assert [agent for agent, _ in prompts].count("answerer") == len(events) - 2
+    with pytest.raises(ValueError, match="between_rounds must be one of"):
+        build_workflow("search_parallel", {"between_rounds": "never"})
 
 
 def test_default_credit_is_the_episode_outcome_and_nothing_else_changes():

@@ -112,6 +112,7 @@ DIRECT_PROMPT = "Question: {question}\n\nReply with the answer as <answer>answer
 
 ROUTES = ("direct", "search", "parallel")
 CREDITS = ("episode", "retrieval")  # search_parallel.credit
+BETWEEN_ROUNDS = ("answer_or_note", "note", "none")  # search_parallel.between_rounds
 
 
 def _check_env(env: Any, where: str) -> None:
@@ -260,10 +261,14 @@ class SearchParallel(_SearchRoles):
           of an episode sum to its recall_at_k. Recorded as metadata retrieval_credit_r<r>
           (rounds that ran) and retrieval_credit_total (their sum). A task without
           supporting_doc_ids is an error (never a silent 0).
-    early_answers: True (default), a read before the last round may answer (a well-formed
-    <answer> block ends the episode); False, every round runs, each read but the last only says
-    what is missing (its whole reply is the next round's {note}, tags and all) and the last
-    read answers: a fixed R-round search for questions known to need R hops.
+    between_rounds: what the answerer does after a round that is not the last:
+      "answer_or_note" (default): it reads, and a well-formed <answer> ends the episode; any
+          other reply is the next round's {note};
+      "note": it reads and its whole reply (tags and all) is the next round's {note}; every
+          round runs (a fixed R-round search, for questions known to need R hops);
+      "none": no read; every round runs, the next round's writers see what was found ({note}
+          is empty) and the answerer reads once, after the last round (sets: query-1, ...,
+          query-R, read-R).
     query_prompt fields: {question}, {found}, {note}; first_query_prompt (round 1, when given;
     nothing is found yet): {question}; read_prompt: {question}, {information}, {instruction},
     where {instruction} is more_instruction, or final_instruction in the last round.
@@ -281,7 +286,7 @@ class SearchParallel(_SearchRoles):
     final_instruction: str = FINAL_INSTRUCTION  # {instruction} of the last round's read
     credit: str = "episode"  # "episode" | "retrieval" (see the class doc)
     credit_hit_weight: float = 0.0  # w in [0, 1]: credit = (1 - w) * recall gain + w * any hit
-    early_answers: bool = True  # False: every round runs; only the last read answers
+    between_rounds: str = "answer_or_note"  # "answer_or_note" | "note" | "none" (class doc)
     env: SearchEnv | None = None
 
     name = "search_parallel"
@@ -309,9 +314,9 @@ class SearchParallel(_SearchRoles):
         if w and self.credit != "retrieval":
             raise ValueError("search_parallel.credit_hit_weight applies only with credit: "
                              f"retrieval (credit is {self.credit!r})")
-        if not isinstance(self.early_answers, bool):
-            raise ValueError(f"search_parallel.early_answers must be true or false, "
-                             f"got {self.early_answers!r}")
+        if self.between_rounds not in BETWEEN_ROUNDS:
+            raise ValueError(f"search_parallel.between_rounds must be one of {list(BETWEEN_ROUNDS)}, "
+                             f"got {self.between_rounds!r}")
         check_template(self.query_prompt, ["question", "found", "note"],
                        where="search_parallel.query_prompt")
         if self.first_query_prompt is not None:
@@ -393,11 +398,15 @@ class SearchParallel(_SearchRoles):
             ctx.transition(f"query-{r}", read, unread=unread, reward=reward)
             found = env.information(stats).strip()
             last = r == self.rounds
+            if not last and self.between_rounds == "none":
+                note = ""
+                continue
             reader = yield Request(self.answerer, self.read_prompt.format(
                 question=q, information=found,
                 instruction=self.final_instruction if last else self.more_instruction))
             ctx.transition(f"read-{r}", [reader])
-            if (last or self.early_answers) and parse_turn(reader.text).answer is not None:
+            answered = parse_turn(reader.text).answer is not None
+            if answered and (last or self.between_rounds == "answer_or_note"):
                 break
             note = " ".join(reader.text.split()) or "(not said)"
         else:
