@@ -12,9 +12,16 @@ evaluated greedily with `srpo eval --n N --out`, and the episodes are summarized
                          name the second hop needs), among episodes with a second round
     bridge_queried       a round-2 query holds the bridge entity's name (same denominator)
 
+Each round's writer set is also compared with each writer alone (set_docs_per_round: supporting
+documents the set's one retrieval found; best_writer_docs_per_round: the most any one writer's
+own queries find; set_beats_best_writer: the share of rounds where the set found more).
+
 Usage (one variant, or all; results and episodes under --out):
     .venv/bin/python studies/search_2hop/screen.py run --variant writer_demos --n 64
     .venv/bin/python studies/search_2hop/screen.py table --out results/bench/search_2hop_<date>/screen
+    .venv/bin/python studies/search_2hop/screen.py compare RUN_DIR [--examples 6]
+        # a training run's held-out evaluations, before and after (RUN/eval/{before,after}),
+        # the same columns, and examples: each round's queries and the answer, before and after
 """
 
 from __future__ import annotations
@@ -190,6 +197,11 @@ COLUMNS = ["n", "em", "recall_hop1", "recall_hop2", "first_step_complete", "roun
            "best_writer_docs_per_round", "set_beats_best_writer"]
 
 
+def cells(row: dict) -> list[str]:
+    return ["-" if row[c] is None else f"{row[c]:.3f}" if isinstance(row[c], float) else str(row[c])
+            for c in COLUMNS]
+
+
 def table(out: Path, n: int) -> None:
     rows = {}
     for variant in VARIANTS:
@@ -198,13 +210,55 @@ def table(out: Path, n: int) -> None:
             rows[variant] = summarize(path, *variant_tasks_and_env(variant, n))
     lines = ["| variant | " + " | ".join(COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
     for variant, row in rows.items():
-        cells = [("-" if row[c] is None else f"{row[c]:.3f}" if isinstance(row[c], float) else str(row[c]))
-                 for c in COLUMNS]
-        lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+        lines.append(f"| {variant} | " + " | ".join(cells(row)) + " |")
     text = "\n".join(lines)
     (out / "table.md").write_text(text + "\n")
     (out / "rows.json").write_text(json.dumps(rows, indent=1))
     print(text)
+
+
+def config_tasks_and_env(cfg):
+    """Every held-out question of a loaded config (id -> task) and its search environment."""
+    from srpo.build import load_tasks
+    from srpo.tasks.search.pack import build_search_env
+
+    return {t.task_id: t for t in load_tasks(cfg.task, split="heldout")}, build_search_env(cfg.task)
+
+
+def episode_lines(e: dict) -> list[str]:
+    return [f"{t['event']}: " + " | ".join(repr(m["text"][:60]) for m in t["members"]) for t in e["transitions"]]
+
+
+def compare(run_dir: Path, n_examples: int) -> None:
+    """Before/after table of a training run's held-out evaluations, and examples."""
+    sys.path.insert(0, str(ROOT))
+    from srpo.config import load_config
+
+    cfg = load_config(run_dir / "config.yaml", check_machine=False)
+    tasks, env = config_tasks_and_env(cfg)
+    paths = {label: run_dir / "eval" / f"{label}.episodes.jsonl.gz" for label in ("before", "after")}
+    rows = {label: summarize(path, tasks, env) for label, path in paths.items() if path.is_file()}
+    lines = ["| eval | " + " | ".join(COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
+    for label, row in rows.items():
+        lines.append(f"| {label} | " + " | ".join(cells(row)) + " |")
+    print("\n".join(lines))
+    if len(rows) < 2:
+        return
+    episodes = {}
+    for label, path in paths.items():
+        with gzip.open(path, "rt") as f:
+            episodes[label] = {e["task_id"]: e for e in map(json.loads, f)}
+    # examples: questions solved after and not before first, then the rest, in held-out order
+    ids = [i for i in episodes["after"] if i in episodes["before"]]
+    ids.sort(key=lambda i: -(episodes["after"][i]["metadata"].get("score_em", 0)
+                             - episodes["before"][i]["metadata"].get("score_em", 0)))
+    for task_id in ids[:n_examples]:
+        task = tasks[task_id]
+        print(f"\n{task.prompt} (gold {task.answer}; bridge {', '.join(task.metadata.get('bridge_entities', []))})")
+        for label in ("before", "after"):
+            print(f"  {label}:")
+            for line in episode_lines(episodes[label][task_id]):
+                print(f"    {line}")
 
 
 def main() -> None:
@@ -217,7 +271,13 @@ def main() -> None:
         s.add_argument("--n", type=int, default=64)
         s.add_argument("--out", type=Path, default=ROOT / "runs" / "search_2hop_screen")
     r.add_argument("--threads", type=int, default=2)
+    c = sub.add_parser("compare")
+    c.add_argument("run_dir", type=Path)
+    c.add_argument("--examples", type=int, default=6)
     args = parser.parse_args()
+    if args.command == "compare":
+        compare(args.run_dir, args.examples)
+        return
     if args.command == "run":
         for variant in VARIANTS if args.variant == "all" else [args.variant]:
             if not (args.out / f"{variant}.json").is_file():
