@@ -153,6 +153,9 @@ def build_agents(cfg: Config, workflow: Workflow | None = None) -> dict[str, Age
                                      **fields)
         except (TypeError, ValueError) as e:
             raise ValueError(f"agents.{name}: {e}") from e
+    unknown = sorted(set(cfg.eval.temperatures) - set(agents))
+    if unknown:  # before any model loads: the evaluation would refuse them later
+        raise ValueError(f"eval.temperatures names {unknown}, not agents of this run (its agents: {sorted(agents)})")
     return agents
 
 

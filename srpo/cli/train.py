@@ -187,7 +187,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             result, episodes = evaluate(runner, workflow, tasks, seed=cfg.seed,
                                         success_component=cfg.eval.success_component
                                         or task_pack(cfg).success_component,
-                                        batch_tasks=cfg.eval.batch_tasks, on_progress=on_progress)
+                                        batch_tasks=cfg.eval.batch_tasks, on_progress=on_progress,
+                                        temperatures=cfg.eval.temperatures)
         except Exception as e:
             return _workflow_error("srpo eval", e)
     if args.out:

@@ -571,10 +571,18 @@ class EvalConfig(_Section):
     # held-out tasks rolled out together; progress (tasks done, running accuracy) shows after each
     # batch. None: all at once (one batch: no progress until the end)
     batch_tasks: int | None = 64
+    # agents that sample at evaluation, by role: {role: temperature}; every other agent decodes
+    # greedily (default: all of them). E.g. {query_writer: 0.7}: a set of query writers whose
+    # members differ at evaluation as in training; the run's seed fixes the draws
+    # (a seeded fork of torch's generator: training's draws are untouched).
+    temperatures: dict[str, float] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _check(self) -> Self:
         positive("eval.every", self.every, zero_ok=True)
+        for role, t in self.temperatures.items():
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 <= t < float("inf"):
+                raise ValueError(f"eval.temperatures.{role} must be a temperature >= 0, got {t!r}")
         if self.size is not None:
             positive("eval.size", self.size, zero_ok=True)
         if self.batch_tasks is not None:

@@ -8,11 +8,12 @@ function, so one sees whether, e.g., the solvers or the aggregator improved.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,12 +104,19 @@ def top_answer(episodes: Sequence[Episode]) -> tuple[str | None, float | None]:
     return answer, count / len(episodes)
 
 
-def greedy_runner(runner: RolloutRunner, seed: int) -> RolloutRunner:
-    """The same agents, backend, reward and answer key with every agent decoding greedily; a
-    fixed seed so workflow-level draws (mixed, routed fallbacks) are the same at every
+def greedy_runner(runner: RolloutRunner, seed: int,
+                  temperatures: Mapping[str, float] | None = None) -> RolloutRunner:
+    """The same agents, backend, reward and answer key with every agent decoding greedily, except
+    the agents `temperatures` names, which sample at their temperature there (eval.temperatures);
+    a fixed seed so workflow-level draws (mixed, routed fallbacks) are the same at every
     evaluation. No overlong penalty: held-out rewards are the task's alone."""
+    temperatures = dict(temperatures or {})
+    unknown = sorted(set(temperatures) - set(runner.agents))
+    if unknown:
+        raise ValueError(f"eval.temperatures names {unknown}, not agents of this run "
+                         f"(its agents: {sorted(runner.agents)})")
     agents = {
-        name: dataclasses.replace(spec, sampling=spec.sampling.replace(temperature=0.0))
+        name: dataclasses.replace(spec, sampling=spec.sampling.replace(temperature=float(temperatures.get(name, 0.0))))
         for name, spec in runner.agents.items()
     }
     return RolloutRunner(agents, runner.backend, runner.reward_fn, seed=seed, answer_key=runner.answer_key)
@@ -142,8 +150,10 @@ def evaluate(
     success_component: str | None = None,
     batch_tasks: int | None = None,
     on_progress: Callable[[int, int, int], None] | None = None,
+    temperatures: Mapping[str, float] | None = None,
 ) -> tuple[EvalResult, list[Episode]]:
-    """Runs `workflow` greedily once on each task. agent_scorer(task, text) -> correct; default:
+    """Runs `workflow` greedily once on each task (the agents named in `temperatures` sample at
+    theirs: greedy_runner). agent_scorer(task, text) -> correct; default:
     the reward component `success_component` > 0 (default: the reward function's own, see
     success_component_of). batch_tasks: tasks rolled out together (None: all at once); after each batch
     on_progress(tasks done, tasks, correct so far) is called (a progress bar's hook)."""
@@ -155,16 +165,21 @@ def evaluate(
     success_component = success_component or success_component_of(runner.reward_fn)
     tasks = list(tasks)
     size = batch_tasks or len(tasks)
-    greedy = greedy_runner(runner, seed)  # its draws depend on (seed, task), not on the batching
+    greedy = greedy_runner(runner, seed, temperatures)  # its draws depend on (seed, task), not on the batching
     episodes: list[Episode] = []
     correct: list[bool] = []
-    for i in range(0, len(tasks), size):
-        with torch.no_grad():  # generation only: no autograd graph (callers need not remember)
-            done = greedy.run(tasks[i : i + size], workflow, group_size=1).episodes
-        episodes += done
-        correct += [_is_correct(ep.reward_components, success_component) for ep in done]
-        if on_progress is not None:
-            on_progress(len(episodes), len(tasks), sum(correct))
+    sampled = any(t > 0 for t in (temperatures or {}).values())
+    with contextlib.ExitStack() as stack:
+        if sampled:  # agents that sample draw from torch's generator: seeded here, restored after,
+            stack.enter_context(torch.random.fork_rng(devices=[]))  # so training's draws are untouched
+            torch.manual_seed(seed)
+        for i in range(0, len(tasks), size):
+            with torch.no_grad():  # generation only: no autograd graph (callers need not remember)
+                done = greedy.run(tasks[i : i + size], workflow, group_size=1).episodes
+            episodes += done
+            correct += [_is_correct(ep.reward_components, success_component) for ep in done]
+            if on_progress is not None:
+                on_progress(len(episodes), len(tasks), sum(correct))
 
     def score(task: Task, text: str) -> bool:
         if agent_scorer is not None:

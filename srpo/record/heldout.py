@@ -22,7 +22,7 @@ from srpo.types import Task
 
 def evaluate_run(runner, workflow, policies: PolicySet, tasks: Sequence[Task], *, label: str, step: int,
                  seed: int, success_component: str | None, batch_tasks: int | None, run_dir: Path,
-                 progress: RunProgress) -> EvalResult:
+                 progress: RunProgress, temperatures: dict[str, float] | None = None) -> EvalResult:
     """Greedy held-out accuracy of the policies now, its line on the console and its files."""
     for model in policies.models():
         model.eval()
@@ -33,7 +33,7 @@ def evaluate_run(runner, workflow, policies: PolicySet, tasks: Sequence[Task], *
         def on_progress(done: int, total: int, correct: int) -> None:
             bar.update(completed=done, info=f"accuracy so far {100 * correct / done:.1f}% ({correct}/{done})")
         result, episodes = evaluate(runner, workflow, tasks, seed=seed, success_component=success_component,
-                                    batch_tasks=batch_tasks, on_progress=on_progress)
+                                    batch_tasks=batch_tasks, on_progress=on_progress, temperatures=temperatures)
     progress.line(f"[eval {label}] {result.summary()}  per agent: "
                   + ", ".join(f"{a} {100 * v:.1f}%" for a, v in sorted(result.per_agent.items())))
     name = label.replace(' ', '-')
@@ -56,8 +56,10 @@ class Heldout:
     seed: int
     success_component: str | None
     batch_tasks: int | None
+    temperatures: dict[str, float] | None = None  # eval.temperatures: agents that sample
 
     def evaluate(self, label: str, step: int, run_dir: Path, progress: RunProgress) -> EvalResult:
         return evaluate_run(self.runner, self.workflow, self.policies, self.tasks, label=label, step=step,
                             seed=self.seed, success_component=self.success_component,
-                            batch_tasks=self.batch_tasks, run_dir=run_dir, progress=progress)
+                            batch_tasks=self.batch_tasks, run_dir=run_dir, progress=progress,
+                            temperatures=self.temperatures)

@@ -128,7 +128,8 @@ class Trainer:
         self.updater = PolicyUpdate(self.spec, self.policies, self.params, self.optimizers, self.schedulers,
                                     t, self.dist, self.reference)
         heldout = Heldout(self.runner, self.workflow, self.policies, self.heldout_tasks, seed=cfg.seed,
-                          success_component=self.success_component, batch_tasks=cfg.eval.batch_tasks)
+                          success_component=self.success_component, batch_tasks=cfg.eval.batch_tasks,
+                          temperatures=cfg.eval.temperatures)
         self.recorder = Recorder(cfg, self.run_dir, main=self.dist.is_main, sync=lambda: barrier(self.dist),
                                  progress=self.progress, heldout=heldout if self.heldout_tasks else None,
                                  policies=self.policies)

@@ -97,6 +97,9 @@ VARIANTS: dict[str, list[str]] = {
     # two rounds, no read between them: round 2's writers see what round 1 found
     "no_note": [*TWO_HOP, "workflow.params.between_rounds=none", examples("query_writer", WRITER_DEMOS_FOUND),
                 examples("answerer", [ANSWER_DEMO_FINAL])],
+    # the same with the query writers sampling at evaluation (T 0.7), the answerer greedy
+    "no_note_sampled": [*TWO_HOP, "workflow.params.between_rounds=none", examples("query_writer", WRITER_DEMOS_FOUND),
+                        examples("answerer", [ANSWER_DEMO_FINAL]), "eval.temperatures={query_writer: 0.7}"],
     # the same with two passages per query
     "fixed_top2": [*FIXED, "task.search.top_k=2"],
     # the same with two writer roles of one adapter: the name; the name and the relation
