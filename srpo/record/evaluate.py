@@ -165,7 +165,9 @@ def evaluate(
     success_component = success_component or success_component_of(runner.reward_fn)
     tasks = list(tasks)
     size = batch_tasks or len(tasks)
-    greedy = greedy_runner(runner, seed, temperatures)  # its draws depend on (seed, task), not on the batching
+    # workflow-level draws depend on (seed, task), not on the batching; sampling agents' draws
+    # (eval.temperatures) on the seed and the batching
+    greedy = greedy_runner(runner, seed, temperatures)
     episodes: list[Episode] = []
     correct: list[bool] = []
     sampled = any(t > 0 for t in (temperatures or {}).values())
