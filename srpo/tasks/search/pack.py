@@ -99,10 +99,16 @@ def load_tasks(cfg: Any, split: str, size: int) -> list[Task]:
         hops = s.hops if split == "train" or s.heldout_hops is None else s.heldout_hops
         return world_questions(world, hops=hops, n=full, seed=cfg.seed, split=split)[:size]
     if s.corpus == "wiki":
-        from srpo.tasks.search.wiki_questions import wiki_questions, wiki_two_hop_questions
+        from srpo.tasks.search.wiki_questions import (
+            read_wiki_entries,
+            wiki_questions_from_entries,
+            wiki_two_hop_questions_from_entries,
+        )
 
-        tasks = [*(wiki_questions(split=split, seed=cfg.seed) if 1 in s.wiki_hops else []),
-                 *(wiki_two_hop_questions(split=split, seed=cfg.seed) if 2 in s.wiki_hops else [])]
+        entries = read_wiki_entries()  # once, for both kinds of question
+        tasks = [*(wiki_questions_from_entries(entries, split=split, seed=cfg.seed) if 1 in s.wiki_hops else []),
+                 *(wiki_two_hop_questions_from_entries(entries, split=split, seed=cfg.seed)
+                   if 2 in s.wiki_hops else [])]
     else:
         from srpo.tasks.search import loaders
 
