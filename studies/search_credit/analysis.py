@@ -90,13 +90,13 @@ def question_sign_flip_p(per_question: Sequence[float], draws: int = SIGN_FLIP_D
     return (hits + 1) / (draws + 1)
 
 
-def _per_question(cells: Cells, method: str, seeds: Sequence[int]) -> list[float]:
+def _per_question(cells: Cells, method: str, seeds: Sequence[int], setting: str = SETTING) -> list[float]:
     """Per question (in the reference's order), the mean over seeds of the reference's exact match
     minus `method`'s; every run must be scored on the same questions."""
-    ref_ids = cells.results[(SETTING, REFERENCE, seeds[0])]["task_ids"]
+    ref_ids = cells.results[(setting, REFERENCE, seeds[0])]["task_ids"]
     total = [0.0] * len(ref_ids)
     for seed in seeds:
-        a, b = cells.results[(SETTING, REFERENCE, seed)], cells.results[(SETTING, method, seed)]
+        a, b = cells.results[(setting, REFERENCE, seed)], cells.results[(setting, method, seed)]
         if a["task_ids"] != ref_ids or b["task_ids"] != ref_ids:
             raise ValueError(f"seed {seed}: {REFERENCE} and {method} were evaluated on other questions")
         for i, (x, y) in enumerate(zip(a["correct"], b["correct"])):
@@ -104,20 +104,23 @@ def _per_question(cells: Cells, method: str, seeds: Sequence[int]) -> list[float
     return total
 
 
-def credit_tests(cells: Cells, seeds: Sequence[int], draws: int = SIGN_FLIP_DRAWS) -> dict[str, Any]:
+def credit_tests(cells: Cells, seeds: Sequence[int], draws: int = SIGN_FLIP_DRAWS,
+                 setting: str = SETTING) -> dict[str, Any]:
     """C1 and C2 as preregistered, with the secondary question-level test (`draws` sign
-    vectors; the preregistered number is the default) beside each."""
-    keys = [(SETTING, m, s) for m in (REFERENCE, *BASELINES.values()) for s in seeds]
+    vectors; the preregistered number is the default) beside each. setting: the spec's setting
+    (the 2-hop study reuses these tests on its own)."""
+    keys = [(setting, m, s) for m in (REFERENCE, *BASELINES.values()) for s in seeds]
     if not cells.complete(keys):
         have = sum(k in cells.results for k in keys)
         return {"verdict": "not run yet", "cells": f"{have} of {len(keys)} finished"}
     out: dict[str, Any] = {}
     for name, method in BASELINES.items():
-        diffs = [cells.accuracy((SETTING, REFERENCE, s)) - cells.accuracy((SETTING, method, s)) for s in seeds]
+        diffs = [cells.accuracy((setting, REFERENCE, s)) - cells.accuracy((setting, method, s)) for s in seeds]
         iv = t_interval(diffs)
         out[name] = {"baseline": method, "diffs": diffs, "mean_diff": iv.estimate, "ci": [iv.low, iv.high],
                      "p": paired_t_p(diffs),
-                     "secondary_question_sign_flip_p": question_sign_flip_p(_per_question(cells, method, seeds), draws)}
+                     "secondary_question_sign_flip_p": question_sign_flip_p(
+                         _per_question(cells, method, seeds, setting), draws)}
     for name, p_holm in zip(BASELINES, holm([out[n]["p"] for n in BASELINES])):
         c = out[name]
         c["p_holm"] = p_holm
@@ -128,13 +131,13 @@ def credit_tests(cells: Cells, seeds: Sequence[int], draws: int = SIGN_FLIP_DRAW
 # ----------------------------------------------------------------- E3: what each method learned
 
 
-def episode_means(path: Path) -> dict[str, float]:
-    """Means over one run's held-out episodes of EPISODE_METRICS."""
+def episode_means(path: Path, metrics: dict[str, str] = EPISODE_METRICS) -> dict[str, float]:
+    """Means over one run's held-out episodes of `metrics` (episode metadata key -> name)."""
     records = list(read_records(path))
     if not records:
         raise ValueError(f"{path}: no episodes")
     out = {}
-    for key, name in EPISODE_METRICS.items():
+    for key, name in metrics.items():
         values = []
         for r in records:
             meta = r.get("metadata") or {}
@@ -160,13 +163,14 @@ def _t(values: list[float]) -> dict[str, Any]:
     return {"mean": iv.estimate, "ci": [iv.low, iv.high], "runs": len(finite)}
 
 
-def per_method(cells: Cells, seeds: Sequence[int]) -> dict[str, Any]:
+def per_method(cells: Cells, seeds: Sequence[int], setting: str = SETTING,
+               metrics: dict[str, str] = EPISODE_METRICS) -> dict[str, Any]:
     """E3: per method (and the base model), each run's numbers and their means over runs."""
     out: dict[str, Any] = {}
     for method in ("base", REFERENCE, *BASELINES.values()):
         runs: dict[int, dict[str, Any]] = {}
         for seed in seeds:
-            key = (SETTING, method, seed)
+            key = (setting, method, seed)
             if key not in cells.results:
                 continue
             result = cells.results[key]
@@ -175,8 +179,8 @@ def per_method(cells: Cells, seeds: Sequence[int]) -> dict[str, Any]:
                 label = "base" if method == "base" else "after"
                 path = cells.dirs[key] / "eval" / f"{label}.episodes.jsonl.gz"
                 if path.is_file():
-                    run |= episode_means(path)
-            base = cells.results.get((SETTING, "base", seed))
+                    run |= episode_means(path, metrics)
+            base = cells.results.get((setting, "base", seed))
             if method != "base":
                 run["final_reward"] = final_reward(cells.rows[key])
                 run["episodes_generated"] = float(result.get("episodes", math.nan)) + float(
@@ -197,20 +201,27 @@ def per_method(cells: Cells, seeds: Sequence[int]) -> dict[str, Any]:
 # ----------------------------------------------------------------- report
 
 
-def analyse(spec_path: Path = DEFAULT_SPEC) -> dict[str, Any]:
+def analyse(spec_path: Path = DEFAULT_SPEC, metrics: dict[str, str] = EPISODE_METRICS) -> dict[str, Any]:
+    """The tests and E3 of a spec with one setting (this study's, or another search study's)."""
     spec = load_spec(spec_path)
+    if len(spec.settings) != 1:
+        raise ValueError(f"{spec_path}: the credit analysis needs one setting, found "
+                         f"{[v.name for v in spec.settings]}")
+    setting = spec.settings[0].name
     cells = Cells(load_runs(spec), _planned(spec), spec.output)
     seeds = list(spec.seeds)
     return {"spec": str(spec_path), "seeds": seeds, "missing": cells.missing,
-            "tests": credit_tests(cells, seeds), "per_method": per_method(cells, seeds)}
+            "tests": credit_tests(cells, seeds, setting=setting),
+            "per_method": per_method(cells, seeds, setting, metrics)}
 
 
 def _pct(x: float) -> str:
     return "-" if not math.isfinite(x) else f"{100 * x:.1f}"
 
 
-def markdown(a: dict[str, Any]) -> str:
-    lines = ["# Search credit study: analysis", "",
+def markdown(a: dict[str, Any], title: str = "Search credit study",
+             extra_columns: Sequence[str] = ()) -> str:
+    lines = [f"# {title}: analysis", "",
              f"Spec `{a['spec']}`, seeds {a['seeds']}. Cells not finished: {len(a['missing'])}.", ""]
     tests = a["tests"]
     lines += ["## C1, C2 (preregistered)", ""]
@@ -227,7 +238,8 @@ def markdown(a: dict[str, Any]) -> str:
                          f"{c['secondary_question_sign_flip_p']:.3g} |")
         lines.append("")
     lines += ["## E3: what each method learned (exploratory; means over finished runs, 95% t-intervals)", ""]
-    cols = ["exact_match", "token_f1", "recall", "tagged", "rounds", "gain", "final_reward", "episodes_generated"]
+    cols = ["exact_match", "token_f1", "recall", *extra_columns, "tagged", "rounds", "gain", "final_reward",
+            "episodes_generated"]
     lines += ["| method | runs | " + " | ".join(cols) + " | degraded |", "|---|---|" + "---|" * len(cols) + "---|"]
     for method, m in a["per_method"].items():
         cells_ = []
@@ -235,7 +247,7 @@ def markdown(a: dict[str, Any]) -> str:
             v = m["means"].get(col)
             if v is None or not math.isfinite(v["mean"]):
                 cells_.append("-")
-            elif col in ("exact_match", "gain", "recall", "tagged"):
+            elif col in ("exact_match", "gain", "recall", "tagged", *extra_columns):
                 cells_.append(f"{_pct(v['mean'])} ({_pct(v['ci'][0])}-{_pct(v['ci'][1])})")
             else:
                 cells_.append(f"{v['mean']:.3g} ({v['ci'][0]:.3g}-{v['ci'][1]:.3g})")

@@ -132,3 +132,39 @@ def test_per_method_reads_gain_degradation_and_episodes(tmp_path):
     text = markdown({"spec": "s", "seeds": list(SEEDS), "missing": [], "tests": credit_tests(cells, SEEDS, DRAWS),
                      "per_method": out})
     assert "| C1 | magrpo |" in text and "| srpo | 5 |" in text
+
+
+def test_the_2hop_study_reuses_the_tests_on_its_own_setting_and_hop_metrics(tmp_path):
+    """studies/search_2hop/analysis.py: the same tests on a spec whose one setting has another
+    name, and E3 with the 2-hop episodes' hop recalls as percent columns."""
+    from studies.search_2hop.analysis import HOP_METRICS
+    from studies.search_credit.analysis import EPISODE_METRICS
+
+    setting = "search-world-2hop"
+    done = []
+    for m in ("srpo", "magrpo", "grpo", "base"):
+        for seed in SEEDS:
+            right = {"srpo": 60 + seed}.get(m, 40)
+            cell = SimpleNamespace(setting=setting, method=None if m == "base" else m, seed=seed,
+                                   directory=lambda out, m=m, seed=seed: out / m / f"seed{seed}")
+            res = result(m, seed, [True] * right + [False] * (N - right)) | {"setting": setting}
+            done.append((cell, res, [{"loss": 0.1, "reward/mean": 0.5, "grad_norm/searcher": 1.0}]))
+    cells = Cells(StudyRuns(done, []), [], tmp_path)
+    # under the 1-hop study's setting name none of these cells is found
+    assert credit_tests(cells, SEEDS, DRAWS) == {"verdict": "not run yet", "cells": "0 of 15 finished"}
+    tests = credit_tests(cells, SEEDS, DRAWS, setting=setting)
+    assert tests["C1"]["mean_diff"] == pytest.approx(sum(20 + s for s in SEEDS) / 5 / N)
+    d = cells.dirs[(setting, "srpo", 3)] / "eval"
+    d.mkdir(parents=True)
+    with gzip.open(d / "after.episodes.jsonl.gz", "wt") as f:
+        for hop2 in (1.0, 0.0, 0.0, 1.0):
+            meta = {"score_f1": 1.0, "recall_at_k": 0.5, "score_format": 1.0, "search_rounds": 2,
+                    "recall_hop1": 1.0, "recall_hop2": hop2, "first_step_recall": 0.5}
+            f.write(json.dumps({"task_id": "q", "transitions": [], "metadata": meta}) + "\n")
+    out = per_method(cells, SEEDS, setting, {**EPISODE_METRICS, **HOP_METRICS})
+    assert out["srpo"]["runs"][3]["recall_hop2"] == 0.5 and out["srpo"]["runs"][3]["recall_hop1"] == 1.0
+    text = markdown({"spec": "s", "seeds": list(SEEDS), "missing": [], "tests": tests, "per_method": out},
+                    "2-hop search credit study", extra_columns=list(HOP_METRICS.values()))
+    assert text.startswith("# 2-hop search credit study") and "recall_hop2" in text
+    srpo_row = next(line for line in text.splitlines() if line.startswith("| srpo |"))
+    assert "50.0 (50.0-50.0)" in srpo_row  # recall_hop2 as percent, one run
