@@ -13,8 +13,10 @@ evaluated greedily with `srpo eval --n N --out`, and the episodes are summarized
     bridge_queried       a round-2 query holds the bridge entity's name (same denominator)
 
 Each round's writer set is also compared with each writer alone (set_docs_per_round: supporting
-documents the set's one retrieval found; best_writer_docs_per_round: the most any one writer's
-own queries find; set_beats_best_writer: the share of rounds where the set found more).
+documents the set's one retrieval found; writer_docs_per_round: what one writer's own queries
+find, averaged over the set's writers (one writer alone); best_writer_docs_per_round: the most
+any one writer's own queries find; set_beats_best_writer: the share of rounds where the set
+found more).
 
 Usage (one variant, or all; results and episodes under --out):
     .venv/bin/python studies/search_2hop/screen.py run --variant writer_demos --n 64
@@ -146,7 +148,7 @@ def summarize(path: Path, tasks: dict, env) -> dict:
 
     note_hits = query_hits = second = 0
     rounds = set_more = 0  # writer sets, and those whose set found a supporting doc no one writer alone did
-    set_found = alone_found = 0.0
+    set_found = alone_found = one_found = 0.0
     for e in episodes:
         task = tasks[e["task_id"]]
         gold = set(task.metadata["supporting_doc_ids"])
@@ -162,6 +164,7 @@ def summarize(path: Path, tasks: dict, env) -> dict:
             rounds += 1
             set_found += len(together)
             alone_found += max(len(f) for f in per_writer)
+            one_found += statistics.fmean(len(f) for f in per_writer)  # one writer alone, on average
             set_more += len(together) > max(len(f) for f in per_writer)
         reads = [t for t in e["transitions"] if t["event"] == "read-1"]
         queries2 = [t for t in e["transitions"] if t["event"] == "query-2"]
@@ -179,6 +182,7 @@ def summarize(path: Path, tasks: dict, env) -> dict:
             "bridge_in_note": note_hits / second if second else None,
             "bridge_queried": query_hits / second if second else None,
             "set_docs_per_round": set_found / rounds if rounds else None,
+            "writer_docs_per_round": one_found / rounds if rounds else None,
             "best_writer_docs_per_round": alone_found / rounds if rounds else None,
             "set_beats_best_writer": set_more / rounds if rounds else None}
 
@@ -197,7 +201,7 @@ def variant_tasks_and_env(variant: str, n: int):
 
 COLUMNS = ["n", "em", "recall_hop1", "recall_hop2", "first_step_complete", "rounds", "tagged",
            "second_round", "bridge_in_note", "bridge_queried", "set_docs_per_round",
-           "best_writer_docs_per_round", "set_beats_best_writer"]
+           "writer_docs_per_round", "best_writer_docs_per_round", "set_beats_best_writer"]
 
 
 def cells(row: dict) -> list[str]:
