@@ -11,13 +11,10 @@ means extended by what a 2-hop episode records: recall of the hop-1 and of the h
 
 from __future__ import annotations
 
-import argparse
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from srpo_lab.study.spec import load_spec
-from studies.search_credit.analysis import EPISODE_METRICS, analyse, markdown
+from studies.search_credit import analysis as credit
 
 DEFAULT_SPEC = Path("studies/search_2hop/spec.yaml")
 HOP_METRICS = {"recall_hop1": "recall_hop1", "recall_hop2": "recall_hop2", "first_step_recall": "first_step_recall"}
@@ -25,18 +22,9 @@ TITLE = "2-hop search credit study"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--spec", type=Path, default=DEFAULT_SPEC)
-    p.add_argument("--out", type=Path, default=None, help="folder for analysis.md / .json (default: the spec's output)")
-    args = p.parse_args(argv)
-    a = analyse(args.spec, {**EPISODE_METRICS, **HOP_METRICS})
-    text = markdown(a, TITLE, extra_columns=list(HOP_METRICS.values()))
-    out = args.out or Path(load_spec(args.spec).output)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "analysis.json").write_text(json.dumps(a, indent=1, default=str))
-    (out / "analysis.md").write_text(text)
-    print(text)
-    return 0
+    return credit.main(argv, description=__doc__.splitlines()[0], default_spec=DEFAULT_SPEC,
+                       metrics={**credit.EPISODE_METRICS, **HOP_METRICS}, title=TITLE,
+                       extra_columns=list(HOP_METRICS.values()))
 
 
 if __name__ == "__main__":

@@ -259,17 +259,21 @@ def markdown(a: dict[str, Any], title: str = "Search credit study",
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--spec", type=Path, default=DEFAULT_SPEC)
+def main(argv: Sequence[str] | None = None, *, description: str = __doc__.splitlines()[0],
+         default_spec: Path = DEFAULT_SPEC, metrics: dict[str, str] = EPISODE_METRICS,
+         title: str = "Search credit study", extra_columns: Sequence[str] = ()) -> int:
+    """The command line; another search study passes its own spec, metrics and title."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--spec", type=Path, default=default_spec)
     p.add_argument("--out", type=Path, default=None, help="folder for analysis.md / .json (default: the spec's output)")
     args = p.parse_args(argv)
-    a = analyse(args.spec)
+    a = analyse(args.spec, metrics)
+    text = markdown(a, title, extra_columns)
     out = args.out or Path(load_spec(args.spec).output)
     out.mkdir(parents=True, exist_ok=True)
     (out / "analysis.json").write_text(json.dumps(a, indent=1, default=str))
-    (out / "analysis.md").write_text(markdown(a))
-    print(markdown(a))
+    (out / "analysis.md").write_text(text)
+    print(text)
     return 0
 
 
