@@ -66,13 +66,20 @@ What `analyze` reports (definitions; a checkpoint lies at a step end, so a "60 s
              also per seed in analysis.json), and m_arm(T_peer), the arm's accuracy at the
              peer's total training time (at T_arm if the arm ended first, said so); then per
              arm its mean start-up, training seconds, steps and the evaluation seconds of all
-             its checkpoints
+             its checkpoints, and where its training seconds went (phases, below)
+    phases   seconds per phase of each run's training time, mean over seeds: srpo's own phase
+             log (metrics.jsonl `time/*`: rollout = generation + workflow + scoring,
+             old_logprobs, sets_advantages, update = forward + backward + optimizer); the peers
+             time their trainers' own methods (tta/clock.py PhaseTimer, exclusive of nested
+             calls; trl_peer.py and comlrl_peer.py name them); `other` is the rest of the
+             training seconds (the trainer's loop, what no wrapped method covers)
 
 Layout under --root (default runs/time_to_accuracy, which git ignores: checkpoints are large;
 `analyze --out results/bench/time_to_accuracy_<date>` writes the small files worth keeping):
 
     <arm>/seed<S>/record.json           one run: marks (tag, step, train_seconds, save_seconds),
-                                        start-up, training seconds, settings, versions, commit
+                                        start-up, training seconds, phases, settings, versions,
+                                        commit
     <arm>/seed<S>/ckpt/<tag>/<policy>/  the adapters at one mark (peft layout)
     <arm>/seed<S>/ckpt/<tag>/eval.json  its evaluation (`srpo eval --out`), and eval_time.json
     _base/<config>/eval.json            the base model through that workflow: every curve's t = 0
@@ -212,10 +219,31 @@ def run_srpo(arm: Arm, args: argparse.Namespace, run_dir: Path) -> dict:
     with contextlib.suppress(BudgetReached):  # the budget ends training, as a stop would
         trainer.train()
     t = cfg.train
+    phases = srpo_phases(run_dir / "srpo_run" / "metrics.jsonl", clock.seconds())
     settings = {"config": arm.config, "overrides": list(arm.overrides), "method": t.method, "lr": t.lr,
                 "tasks_per_step": t.tasks_per_step, "group_size": cfg.group_size, "dtype": cfg.model.dtype,
                 "max_new_tokens": cfg.sampling.max_new_tokens, "threads": t.threads}
-    return {**clock.record(), "settings": settings, "versions": srpo_versions()}
+    return {**clock.record(), "phases": phases, "settings": settings, "versions": srpo_versions()}
+
+
+# srpo's phase log (metrics.jsonl, `time/<phase>` of every step) -> the benchmark's phase names
+SRPO_PHASES = {"time/rollout": "rollout", "time/old_logprobs": "old_logprobs", "time/sets": "sets_advantages",
+               "time/advantages": "sets_advantages", "time/update": "update"}
+
+
+def srpo_phases(metrics: Path, train_seconds: float) -> dict[str, float]:
+    """Seconds per phase of an srpo run, summed over its steps from its own phase log: rollout
+    (generation, the workflow and scoring), old_logprobs, sets_advantages, update (forward,
+    backward, optimizer); other = the training seconds minus those (the loop, the step records,
+    a step the budget cut short)."""
+    phases: dict[str, float] = {}
+    for line in metrics.read_text().splitlines():
+        row = json.loads(line)
+        for key, phase in SRPO_PHASES.items():
+            if key in row:
+                phases[phase] = phases.get(phase, 0.0) + row[key]
+    phases["other"] = train_seconds - sum(phases.values())
+    return phases
 
 
 def srpo_versions() -> dict:
@@ -387,9 +415,14 @@ def load_runs(root: Path) -> dict[str, list[dict]]:
                    for m, f in zip(record["marks"], folders)]
         eval_seconds = sum(json.loads((f / "eval_time.json").read_text())["eval_seconds"]
                            for f in folders if (f / "eval_time.json").is_file())
+        phases = record.get("phases")
+        metrics = record_path.parent / "srpo_run" / "metrics.jsonl"
+        if phases is None and record.get("side") == "srpo" and metrics.is_file():  # a run from before phases
+            phases = srpo_phases(metrics, record["train_seconds"])
         runs.setdefault(record["arm"], []).append({
             "seed": record["seed"], "points": points, "total": record["train_seconds"],
-            "startup": record["startup_seconds"], "eval_seconds": eval_seconds, "steps": record["steps"]})
+            "startup": record["startup_seconds"], "eval_seconds": eval_seconds, "steps": record["steps"],
+            "phases": phases})
     return runs
 
 
@@ -468,6 +501,22 @@ def compare(runs: dict[str, list[dict]], peer: str, arm: str) -> dict:
             "seeds": {"peer": len(runs[peer]), "arm": len(runs[arm])}}
 
 
+# each side's phases (trl_peer.py, comlrl_peer.py, srpo_phases) in the table's three columns
+PHASE_COLUMNS = {
+    "rollout": ("rollout", "generation", "scoring", "rollout_rest", "old_logprobs", "sets_advantages"),
+    "update": ("update", "forward", "backward", "backward_optimizer"),
+    "other": ("other",),
+}
+
+
+def phase_means(runs: list[dict]) -> dict[str, float] | None:
+    """An arm's seconds per phase, mean over its seeds (None when a run has no phase record)."""
+    if any(r["phases"] is None for r in runs):
+        return None
+    names = sorted({p for r in runs for p in r["phases"]})
+    return {p: statistics.fmean(r["phases"].get(p, 0.0) for r in runs) for p in names}
+
+
 def analyze(root: Path) -> dict:
     """Every comparison whose peer and arm have scored runs, and each arm's times."""
     runs = load_runs(root)
@@ -477,7 +526,8 @@ def analyze(root: Path) -> dict:
                    "train_mean": statistics.fmean(r["total"] for r in rs),
                    "eval_seconds": sum(r["eval_seconds"] for r in rs),
                    "checkpoints": sum(len(r["points"]) - 1 for r in rs),
-                   "steps_mean": statistics.fmean(r["steps"] for r in rs)} for arm, rs in sorted(runs.items())}
+                   "steps_mean": statistics.fmean(r["steps"] for r in rs),
+                   "phases": phase_means(rs)} for arm, rs in sorted(runs.items())}
     return {"comparisons": rows, "times": times,
             "curves": {arm: mean_curve(rs) for arm, rs in runs.items()}}
 
@@ -507,6 +557,18 @@ def markdown(result: dict) -> str:
     for arm, t in result["times"].items():
         lines.append(f"| {arm} | {t['seeds']} | {t['startup_mean']:.1f} s | {t['train_mean']:.1f} s | "
                      f"{t['steps_mean']:.1f} | {t['checkpoints']} | {t['eval_seconds']:.1f} s |")
+    lines += ["", "| arm | rollout (generation, scoring, old log-probs, advantages) | update (forward, backward, "
+              "optimizer) | other | the phases, mean seconds |", "|---|---|---|---|---|"]
+    for arm, t in result["times"].items():
+        phases = t.get("phases")
+        if not phases:
+            lines.append(f"| {arm} | - | - | - | no phase record |")
+            continue
+        total = t["train_mean"]
+        cols = [sum(phases.get(p, 0.0) for p in names) for names in PHASE_COLUMNS.values()]
+        detail = ", ".join(f"{p} {v:.1f}" for p, v in phases.items())
+        lines.append(f"| {arm} | " + " | ".join(f"{c:.1f} s ({100 * c / total:.0f}%)" for c in cols)
+                     + f" | {detail} |")
     return "\n".join(lines) + "\n"
 
 

@@ -82,3 +82,45 @@ class TrainingClock:
         """What a side reports: start-up, training seconds, steps and its marks."""
         return {"startup_seconds": self.startup_seconds, "train_seconds": self.seconds(),
                 "save_seconds": self.paused, "steps": self.steps, "marks": self.marks}
+
+
+class PhaseTimer:
+    """Seconds a trainer spends in each phase of its own step, from wrapping its methods.
+
+    `wrap(obj, "method", "phase")` replaces obj.method (on the instance) with a timed call. Time
+    is exclusive: a wrapped call made inside another wrapped call counts for its own phase and is
+    subtracted from the caller's, so the phases never overlap and their sum is at most the
+    training seconds; the rest (the trainer's loop, optimizer steps it does not route through a
+    wrapped method, data loading) is `other` in `record`. Checkpoint saves run outside every
+    wrapped call (the clock's `after_step` is called between steps), so they are in no phase.
+    Single-threaded trainers only (one stack of open calls).
+    """
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+        self._open: list[list] = []  # [phase, start, seconds of the wrapped calls nested inside]
+
+    def wrap(self, obj: object, method: str, phase: str) -> None:
+        inner = getattr(obj, method)
+
+        def timed(*args, **kwargs):
+            self._open.append([phase, time.perf_counter(), 0.0])
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                name, start, nested = self._open.pop()
+                total = time.perf_counter() - start
+                self.seconds[name] = self.seconds.get(name, 0.0) + total - nested
+                self.calls[name] = self.calls.get(name, 0) + 1
+                if self._open:
+                    self._open[-1][2] += total
+
+        setattr(obj, method, timed)
+
+    def record(self, train_seconds: float) -> dict:
+        """{phase: seconds} with `other` = train_seconds minus every phase's seconds, and the
+        number of calls of each phase."""
+        phases = dict(self.seconds)
+        phases["other"] = train_seconds - sum(self.seconds.values())
+        return {"phases": phases, "phase_calls": dict(self.calls)}

@@ -48,7 +48,7 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
-from clock import BudgetReached, TrainingClock  # noqa: E402 (benchmarks/tta/, this script's folder)
+from clock import BudgetReached, PhaseTimer, TrainingClock  # noqa: E402 (benchmarks/tta/, this script's folder)
 from peer_common import (  # noqa: E402
     bf16_supported,
     math_reward,
@@ -87,6 +87,18 @@ def build_agents(model_dir: str, dtype: torch.dtype, rank: int, alpha: float) ->
                         task_type="CAUSAL_LM")
     return [get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype), config)
             for _ in POLICIES]
+
+
+def phase_timer(trainer) -> PhaseTimer:
+    """Where MAGRPO's training seconds go (clock.PhaseTimer, exclusive): generation (each agent's
+    completions of a prompt), scoring (the joint rewards), forward (a sample's forward and loss)
+    and backward_optimizer (the rest of an update: backward, optimizer step)."""
+    phases = PhaseTimer()
+    for method, phase in (("_generate_completions_with_external_prompts", "generation"),
+                          ("_compute_rewards", "scoring"), ("_compute_loss_with_gradients", "forward"),
+                          ("_update_from_samples", "backward_optimizer")):
+        phases.wrap(trainer, method, phase)
+    return phases
 
 
 def main() -> None:
@@ -135,6 +147,7 @@ def main() -> None:
         return result
 
     trainer._train_step_returns = step
+    phases = phase_timer(trainer)
     clock.start()
     try:
         trainer.train()
@@ -142,7 +155,8 @@ def main() -> None:
         pass
     else:  # the epochs ran out before the budget: the last state is still a checkpoint
         clock.checkpoint(clock.steps, clock.seconds())
-    record = {"side": "comlrl", **clock.record(), "step_unit": "prompt (an update every rollout_buffer_size prompts)",
+    record = {"side": "comlrl", **clock.record(), **phases.record(clock.seconds()),
+              "step_unit": "prompt (an update every rollout_buffer_size prompts)",
               "settings": {**{k: v for k, v in vars(args).items() if k not in ("tasks", "out", "model")},
                            "bf16": bf16, "policies": list(POLICIES),
                            **{k: getattr(config, k) for k in ("num_generations", "temperature", "top_p", "top_k",

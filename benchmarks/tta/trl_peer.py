@@ -43,7 +43,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
-from clock import TrainingClock  # noqa: E402 (benchmarks/tta/, this script's folder)
+from clock import PhaseTimer, TrainingClock  # noqa: E402 (benchmarks/tta/, this script's folder)
 from peer_common import bf16_supported, math_reward, peer_arguments, read_tasks, versions, write_record  # noqa: E402
 
 
@@ -103,6 +103,20 @@ def clock_callback(clock: TrainingClock):
     return ClockCallback()
 
 
+def phase_timer(trainer) -> PhaseTimer:
+    """Where GRPOTrainer's training seconds go (clock.PhaseTimer, exclusive): generation
+    (`_generate`: tokenizing prompts and transformers' generate), scoring (`_calculate_rewards`),
+    rollout_rest (the rest of `_generate_and_score_completions`: log-probs it needs, advantages),
+    forward (`compute_loss`: the training forward and loss) and backward (the rest of
+    `training_step`: backward, batching); the optimizer step is in Trainer's loop (`other`)."""
+    phases = PhaseTimer()
+    for method, phase in (("_generate", "generation"), ("_calculate_rewards", "scoring"),
+                          ("_generate_and_score_completions", "rollout_rest"), ("compute_loss", "forward"),
+                          ("training_step", "backward")):
+        phases.wrap(trainer, method, phase)
+    return phases
+
+
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
@@ -131,8 +145,9 @@ def main() -> None:
                           train_dataset=dataset, peft_config=lora, callbacks=[clock_callback(clock)])
     trainer.remove_callback(PrinterCallback)
     holder["trainer"] = trainer
+    phases = phase_timer(trainer)
     trainer.train()
-    record = {"side": "trl", **clock.record(),
+    record = {"side": "trl", **clock.record(), **phases.record(clock.seconds()),
               "settings": {**{k: v for k, v in vars(args).items() if k not in ("tasks", "out", "model")},
                            "bf16": bf16, "loss_type": trainer.args.loss_type,
                            "scale_rewards": trainer.args.scale_rewards, "beta": trainer.args.beta,

@@ -172,3 +172,79 @@ def test_runs_of_one_config_with_other_shapes_refuse_one_root(tmp_path):
 def test_an_empty_root_analyzes_to_empty_tables(tmp_path):
     result = tta.analyze(tmp_path)
     assert (result["comparisons"], result["times"], result["curves"]) == ([], {}, {})
+
+
+def test_phase_timer_counts_nested_calls_once(monkeypatch):
+    """Wall clock: step() runs 0-10 s; inside it generate() 0-4 s, which calls score() 1-3 s,
+    then update() 4-9 s. Exclusive phases: generation 4 - 2 = 2, scoring 2, update 5, and the
+    step's own 10 - 4 - 5 = 1 in `step`; other = training seconds 12 minus 10."""
+    now = {"t": 0.0}
+    monkeypatch.setattr(clock, "time", types.SimpleNamespace(perf_counter=lambda: now["t"]))
+
+    class Trainer:
+        def at(self, t):
+            now["t"] = t
+
+        def score(self):
+            self.at(2), self.at(3)
+
+        def generate(self):
+            self.at(1)
+            self.score()
+            self.at(4)
+            return "completions"
+
+        def update(self):
+            self.at(5), self.at(9)
+
+        def step(self):
+            assert self.generate() == "completions"  # the wrapper returns what the method returns
+            self.update()
+            self.at(10)
+
+    trainer, phases = Trainer(), clock.PhaseTimer()
+    for method, phase in (("step", "step"), ("generate", "generation"), ("score", "scoring"), ("update", "update")):
+        phases.wrap(trainer, method, phase)
+    trainer.step()
+    record = phases.record(train_seconds=12.0)
+    assert record["phases"] == {"step": 1.0, "generation": 2.0, "scoring": 2.0, "update": 5.0, "other": 2.0}
+    assert record["phase_calls"] == {"step": 1, "generation": 1, "scoring": 1, "update": 1}
+
+
+def test_phase_timer_closes_a_call_that_raises(monkeypatch):
+    now = {"t": 0.0}
+    monkeypatch.setattr(clock, "time", types.SimpleNamespace(perf_counter=lambda: now["t"]))
+
+    class Trainer:
+        def generate(self):
+            now["t"] = 2.0
+            raise RuntimeError("stop")
+
+    trainer, phases = Trainer(), clock.PhaseTimer()
+    phases.wrap(trainer, "generate", "generation")
+    with pytest.raises(RuntimeError, match="stop"):
+        trainer.generate()
+    assert phases.record(5.0)["phases"] == {"generation": 2.0, "other": 3.0}
+
+
+def test_srpo_phases_sum_the_runs_phase_log_and_the_table_shows_them(root, tmp_path):
+    metrics = tmp_path / "metrics.jsonl"
+    rows = [{"step": 1, "time/rollout": 30.0, "time/sets": 0.25, "time/advantages": 0.25, "time/old_logprobs": 0.5,
+             "time/update": 20.0, "reward/mean": 0.5},
+            {"step": 2, "time/rollout": 10.0, "time/update": 9.0}]
+    metrics.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    phases = tta.srpo_phases(metrics, train_seconds=71.0)
+    assert phases == {"rollout": 40.0, "sets_advantages": 0.5, "old_logprobs": 0.5, "update": 29.0, "other": 1.0}
+    for seed in (0, 1):  # a peer's record holds its phases (the peer scripts' PhaseTimer)
+        path = root / "trl_grpo" / f"seed{seed}" / "record.json"
+        record = json.loads(path.read_text())
+        record["phases"] = {"generation": 90.0 + 10 * seed, "scoring": 5.0, "forward": 40.0, "backward": 40.0,
+                            "other": record["train_seconds"] - 175.0 - 10 * seed}
+        path.write_text(json.dumps(record))
+    result = tta.analyze(root)
+    assert result["times"]["trl_grpo"]["phases"]["generation"] == 95.0
+    assert result["times"]["srpo_single_srpo"]["phases"] is None  # its runs have no phase record
+    table = tta.markdown(result)
+    # train mean 185.5 s: rollout 95 + 5 = 100 (54%), update 80 (43%), other 185.5 - 180 = 5.5 (3%)
+    assert "| trl_grpo | 100.0 s (54%) | 80.0 s (43%) | 5.5 s (3%) |" in table
+    assert "| srpo_single_srpo | - | - | - | no phase record |" in table

@@ -56,6 +56,12 @@ def test_run_and_evaluate_one_arm(root, arm):
     assert record["train_seconds"] >= float(BUDGET) and record["startup_seconds"] > 0
     assert record["marks"] and record["marks"][-1]["train_seconds"] >= float(BUDGET)
     assert "commit" in record and record["versions"]["torch"]
+    # where the training seconds went: every side times its rollout and its update, and the phases
+    # (other included) add up to the training seconds
+    phases = record["phases"]
+    rollout, update = (sum(phases.get(p, 0.0) for p in tta.PHASE_COLUMNS[c]) for c in ("rollout", "update"))
+    assert rollout > 0 and update > 0, phases
+    assert sum(phases.values()) == pytest.approx(record["train_seconds"], rel=0.02)
     for mark in record["marks"]:
         for policy in tta.ARMS[arm].policies:
             folder = run / "ckpt" / mark["tag"] / policy
