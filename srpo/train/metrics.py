@@ -88,6 +88,7 @@ METRICS: tuple[Metric, ...] = tuple(
                "rollout/length/{agent}", "rollout/episode/{key}")
     # dynamic sampling, once per step (srpo.train.sampling)
     + _declare("dynamic sampling", "sum", "rollout/dynamic/draws", "rollout/dynamic/informative_tasks",
+               "rollout/dynamic/informative_judged", "rollout/dynamic/draws_needed",
                "rollout/dynamic/dropped_episodes", "rollout/dynamic/dropped_tokens")
     + _declare("dynamic sampling", "mean", "rollout/dynamic/loss_scale")
     # held-out evaluation (srpo.record.evaluate.EvalResult.metrics)

@@ -124,6 +124,7 @@ class Sampler:
                     break
                 drawn.update(task.task_id for task in extra)
                 draws.append(extra)
+            draw_of = {task.task_id: d for d, tasks in enumerate(draws) for task in tasks}
             generated = self.rollout(step, [task for tasks in draws for task in tasks])
             n_first = len(draws[0]) * self.cfg.group_size
             first = generated[:n_first]
@@ -133,11 +134,14 @@ class Sampler:
             first = self.rollout(step)
             generated = list(first)
             drawn = {e.task.task_id for e in first}
+            draw_of = dict.fromkeys(drawn, 0)
             pending, n_draws = first, 1
             cap = t.dynamic_sampling_max_draws
         kept_tasks, kept, judged_batches = [], [], []
+        informative_judged = 0
         while True:
-            kept_tasks, kept, prepared = self._keep_informative(pending, kept_tasks, kept)
+            kept_tasks, kept, prepared, informative = self._keep_informative(pending, kept_tasks, kept)
+            informative_judged += informative
             judged_batches.append((pending, prepared))
             if len(kept_tasks) >= t.tasks_per_step or n_draws >= cap:
                 break
@@ -145,6 +149,7 @@ class Sampler:
             if not extra:
                 break
             drawn.update(task.task_id for task in extra)
+            draw_of.update(dict.fromkeys((task.task_id for task in extra), n_draws))
             pending = self.rollout(step, extra, draw=n_draws)
             generated += pending
             n_draws += 1
@@ -155,19 +160,26 @@ class Sampler:
         whole = [p for episodes, p in judged_batches if len(episodes) == len(kept)
                  and all(a is b for a, b in zip(episodes, kept))]
         scale = short_step_scale(t.dynamic_sampling_short_steps, len(kept_tasks), t.tasks_per_step)
+        # the draws a sequential step would have rolled out: up to the one holding the last kept
+        # task when the step filled, else every draw made (at once, the rest was generated anyway)
+        filled = len(kept_tasks) >= t.tasks_per_step
+        needed = 1 + max(draw_of[task_id] for task_id in kept_tasks) if filled else n_draws
         return StepRollout(kept, generated, {
             "rollout/dynamic/draws": float(n_draws),
             "rollout/dynamic/loss_scale": scale,
             "rollout/dynamic/informative_tasks": float(len(kept_tasks)),
+            "rollout/dynamic/informative_judged": float(informative_judged),
+            "rollout/dynamic/draws_needed": float(needed),
             "rollout/dynamic/dropped_episodes": float(len(dropped)),
             "rollout/dynamic/dropped_tokens": float(tokens),
         }, whole[0] if whole else None, scale)
 
     def _keep_informative(self, pending: list[Episode], kept_tasks: list[str], kept: list[Episode]
-                          ) -> tuple[list[str], list[Episode], tuple[FlatBatch, dict[str, float]]]:
+                          ) -> tuple[list[str], list[Episode], tuple[FlatBatch, dict[str, float]], int]:
         """Judge `pending` (one batch with the method's advantages: a group's are non-zero when
-        its own rewards differ, whatever else the batch holds) and append its informative tasks, in order, to copies of
-        kept_tasks / kept until tasks_per_step are kept. Returns them and the judged batch."""
+        its own rewards differ, whatever else the batch holds) and append its informative tasks,
+        in order, to copies of kept_tasks / kept until tasks_per_step are kept. Returns them, the
+        judged batch and how many of pending's tasks were informative (kept or not)."""
         prepared = prepare(self.spec, pending, self.pad_id, self.cfg.device)
         batch = prepared[0]
         informative = {batch.set_task[s] for s in informative_sets(batch).nonzero().flatten().tolist()}
@@ -176,4 +188,4 @@ class Sampler:
             if task_id in informative and len(kept_tasks) < self.cfg.train.tasks_per_step:
                 kept_tasks.append(task_id)
                 kept += [e for e in pending if e.task.task_id == task_id]
-        return kept_tasks, kept, prepared
+        return kept_tasks, kept, prepared, len(informative)

@@ -46,6 +46,9 @@ def test_dynamic_sampling_keeps_only_informative_tasks_and_counts_what_it_droppe
     assert all(sum(e.task.task_id == t for e in kept) == 2 for t in kept_tasks)  # whole groups of G
     assert 2 <= m["rollout/dynamic/draws"] <= 4
     assert len(generated) == 8 * m["rollout/dynamic/draws"]  # 4 tasks x G 2 per draw
+    # sequential: it stopped at the draw that filled the step; every informative task it saw counts
+    assert m["rollout/dynamic/draws_needed"] == m["rollout/dynamic/draws"]
+    assert m["rollout/dynamic/informative_judged"] == _informative_task_count(trainer, generated) >= 4
     assert m["rollout/dynamic/dropped_episodes"] == len(generated) - len(kept)
     kept_ids = {id(e) for e in kept}
     dropped_tokens = sum(mm.num_trained_tokens for e in generated if id(e) not in kept_ids
@@ -61,6 +64,8 @@ def test_the_draw_cap_bounds_the_rollouts_and_the_run_logs_the_budget(tmp_path):
     kept, generated, m = step.episodes, step.generated, step.metrics
     assert m["rollout/dynamic/draws"] == 1 and len(generated) == 8
     assert m["rollout/dynamic/informative_tasks"] < 4  # the cap stopped it short
+    assert m["rollout/dynamic/draws_needed"] == 1  # short: every draw made
+    assert m["rollout/dynamic/informative_judged"] == m["rollout/dynamic/informative_tasks"]
     assert m["rollout/dynamic/dropped_episodes"] == 8 - len(kept)
     # a whole run: the logged rollout budget counts every generated episode, the dropped ones too
     run = _trainer(tmp_path / "run", "train.dynamic_sampling=true", "train.dynamic_sampling_max_draws=3")
@@ -103,6 +108,12 @@ def test_drawing_at_once_rolls_out_every_draw_in_one_rollout_and_keeps_in_draw_o
     assert list(dict.fromkeys(e.task.task_id for e in kept)) == expected
     assert m["rollout/dynamic/informative_tasks"] == len(expected) > 0
     assert m["rollout/dynamic/dropped_episodes"] == 24 - len(kept) == 24 - 2 * len(expected)
+    # every informative task of the 3 draws, and the draws a sequential step would have made: up to
+    # the one holding the 4th kept task (draw d holds calls[0][4d : 4d + 4]), or all 3 when short
+    assert m["rollout/dynamic/informative_judged"] == len(informative)
+    order = [t.task_id for t in calls[0]]
+    needed = 1 + order.index(expected[-1]) // 4 if len(expected) == 4 else 3
+    assert m["rollout/dynamic/draws_needed"] == needed
     # a whole run trains on it
     (row,) = _trainer(tmp_path / "run", "train.dynamic_sampling=true",
                       "train.dynamic_sampling_at_once=true").train().history
