@@ -10,7 +10,7 @@ rollout of a step (and every extra draw of it) has its own workflow seed.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -85,7 +85,7 @@ class Sampler:
                 return self.runner.run(tasks, self.workflow, group_size=self.cfg.group_size,
                                        on_round=on_round).episodes
 
-    def draw_tasks(self, step: int, draw: int, drawn: set[str]) -> list[Task]:
+    def draw_tasks(self, step: int, draw: int, drawn: Collection[str]) -> list[Task]:
         """Draw `draw` (>= 1) of a step's dynamic sampling: tasks_per_step fresh tasks, a
         deterministic function of the step, the draw and the tasks drawn before it."""
         rng = random.Random(f"{self.cfg.seed}/dynamic/{step}/{draw}")
@@ -117,14 +117,13 @@ class Sampler:
             return StepRollout(first, first, {})
         if t.dynamic_sampling_at_once:
             draws = [self.tasks_for_step(step)]
-            drawn = {task.task_id for task in draws[0]}
+            draw_of = dict.fromkeys((task.task_id for task in draws[0]), 0)  # every task drawn -> its draw
             for d in range(1, t.dynamic_sampling_max_draws):
-                extra = self.draw_tasks(step, d, drawn)
+                extra = self.draw_tasks(step, d, draw_of.keys())
                 if not extra:
                     break
-                drawn.update(task.task_id for task in extra)
+                draw_of.update(dict.fromkeys((task.task_id for task in extra), d))
                 draws.append(extra)
-            draw_of = {task.task_id: d for d, tasks in enumerate(draws) for task in tasks}
             generated = self.rollout(step, [task for tasks in draws for task in tasks])
             n_first = len(draws[0]) * self.cfg.group_size
             first = generated[:n_first]
@@ -133,8 +132,7 @@ class Sampler:
         else:
             first = self.rollout(step)
             generated = list(first)
-            drawn = {e.task.task_id for e in first}
-            draw_of = dict.fromkeys(drawn, 0)
+            draw_of = dict.fromkeys((e.task.task_id for e in first), 0)  # every task drawn -> its draw
             pending, n_draws = first, 1
             cap = t.dynamic_sampling_max_draws
         kept_tasks, kept, judged_batches = [], [], []
@@ -145,10 +143,9 @@ class Sampler:
             judged_batches.append((pending, prepared))
             if len(kept_tasks) >= t.tasks_per_step or n_draws >= cap:
                 break
-            extra = self.draw_tasks(step, n_draws, drawn)
+            extra = self.draw_tasks(step, n_draws, draw_of.keys())
             if not extra:
                 break
-            drawn.update(task.task_id for task in extra)
             draw_of.update(dict.fromkeys((task.task_id for task in extra), n_draws))
             pending = self.rollout(step, extra, draw=n_draws)
             generated += pending
