@@ -183,8 +183,10 @@ def per_method(cells: Cells, seeds: Sequence[int], setting: str = SETTING,
             base = cells.results.get((setting, "base", seed))
             if method != "base":
                 run["final_reward"] = final_reward(cells.rows[key])
-                run["episodes_generated"] = float(result.get("episodes", math.nan)) + float(
-                    result.get("episodes_dropped", 0.0))
+                # a run's `episodes` sums `rollout/episodes`, which counts every episode generated,
+                # the ones dynamic sampling dropped included; the trained ones are the rest
+                run["episodes_generated"] = float(result.get("episodes", math.nan))
+                run["episodes_trained"] = run["episodes_generated"] - float(result.get("episodes_dropped", 0.0))
                 if base is not None:
                     c = paired_comparison(base["correct"], result["correct"])
                     run["gain"], run["gain_p"] = c.diff.estimate, c.p_value
@@ -239,7 +241,7 @@ def markdown(a: dict[str, Any], title: str = "Search credit study",
         lines.append("")
     lines += ["## E3: what each method learned (exploratory; means over finished runs, 95% t-intervals)", ""]
     cols = ["exact_match", "token_f1", "recall", *extra_columns, "tagged", "rounds", "gain", "final_reward",
-            "episodes_generated"]
+            "episodes_generated", "episodes_trained"]
     lines += ["| method | runs | " + " | ".join(cols) + " | degraded |", "|---|---|" + "---|" * len(cols) + "---|"]
     for method, m in a["per_method"].items():
         cells_ = []
@@ -254,7 +256,8 @@ def markdown(a: dict[str, Any], title: str = "Search credit study",
         lines.append(f"| {method} | {len(m['runs'])} | " + " | ".join(cells_) + f" | {m['degraded']} |")
     lines += ["", ("exact_match, gain (points against the base model, paired by question), recall and tagged "
                    "are in percent; rounds per episode; final_reward the mean of the last "
-                   f"{FINAL_STEPS} steps' training reward; episodes_generated kept + dropped by dynamic sampling."),
+                   f"{FINAL_STEPS} steps' training reward; episodes_generated every episode rolled out "
+                   "(dynamic sampling's dropped ones included), episodes_trained the ones it kept."),
               ""]
     return "\n".join(lines)
 
