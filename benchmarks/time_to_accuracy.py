@@ -39,6 +39,9 @@ Arms (`ARMS`) and their settings:
                          evaluation off, base weights in bf16 where the CPU has it
     srpo_trio_magrpo     `srpo train benchmarks/tta/srpo_trio.yaml train.method=magrpo`
     srpo_trio_srpo       the same with method srpo
+    srpo_trio_magrpo_2tasks, srpo_trio_srpo_2tasks
+                         the same two with train.tasks_per_step=2 (an update every 2 tasks, as
+                         CoMLRL's every 2 prompts; 6 drawn at once, 2 informative kept)
   Why 3 agents against CoMLRL (its own examples mostly use 2): with 2 debaters srpo's vote
   breaks every disagreement toward the first debater, so the debate's accuracy would read one
   agent alone; with 3, CoMLRL's joint reward, the episode reward both srpo methods train on
@@ -67,6 +70,10 @@ What `analyze` reports (definitions; a checkpoint lies at a step end, so a "60 s
              peer's total training time (at T_arm if the arm ended first, said so); then per
              arm its mean start-up, training seconds, steps and the evaluation seconds of all
              its checkpoints, and where its training seconds went (phases, below)
+    fixed    per peer and srpo arm, at t = 60, 120, 180, 240, 300 s (those every run of both
+             reaches): each side's a_s(t) over its seeds, the difference of the means (arm -
+             peer) with a Welch 95% interval and p (the seeds of the two sides are independent
+             runs, not pairs; analysis.json `at_fixed_times`)
     phases   seconds per phase of each run's training time, mean over seeds: srpo's own phase
              log (metrics.jsonl `time/*`: rollout = generation + workflow + scoring,
              old_logprobs, sets_advantages, update = forward + backward + optimizer); the peers
@@ -145,12 +152,20 @@ ARMS = {
     "comlrl_magrpo": Arm("comlrl", TRIO, ("agent_a", "agent_b", "agent_c")),
     "srpo_trio_magrpo": Arm("srpo", TRIO, ("agent_a", "agent_b", "agent_c"), ("train.method=magrpo",)),
     "srpo_trio_srpo": Arm("srpo", TRIO, ("agent_a", "agent_b", "agent_c"), ("train.method=srpo",)),
+    # the trio with smaller, more frequent updates: 2 tasks a step (CoMLRL updates every 2 prompts)
+    # instead of 6, so about 9 s a step instead of 22 on a 2-core machine without AMX
+    "srpo_trio_magrpo_2tasks": Arm("srpo", TRIO, ("agent_a", "agent_b", "agent_c"),
+                                   ("train.method=magrpo", "train.tasks_per_step=2")),
+    "srpo_trio_srpo_2tasks": Arm("srpo", TRIO, ("agent_a", "agent_b", "agent_c"),
+                                 ("train.method=srpo", "train.tasks_per_step=2")),
 }
 # each peer and the srpo arms it is compared with
 COMPARISONS = {
     "trl_grpo": ("srpo_single_grpo", "srpo_single_srpo", "srpo_default_debate"),
-    "comlrl_magrpo": ("srpo_trio_magrpo", "srpo_trio_srpo"),
+    "comlrl_magrpo": ("srpo_trio_magrpo", "srpo_trio_srpo", "srpo_trio_magrpo_2tasks", "srpo_trio_srpo_2tasks"),
 }
+# the fixed training seconds at which `analyze` compares each arm's seeds with its peer's (Welch)
+FIXED_TIMES = (60.0, 120.0, 180.0, 240.0, 300.0)
 PEER_SCRIPTS = {"trl": HERE / "tta" / "trl_peer.py", "comlrl": HERE / "tta" / "comlrl_peer.py"}
 
 # srpo overrides of each model choice, for training and evaluation alike; the tiny model is a
@@ -487,6 +502,31 @@ def equal_time_per_seed(peer_runs: list[dict], arm_runs: list[dict]) -> list[dic
     return out
 
 
+def at_fixed_times(peer_runs: list[dict], arm_runs: list[dict], times=FIXED_TIMES) -> list[dict]:
+    """At each fixed training second t that every run of both sides reaches: the seeds' a_s(t) on
+    each side, their means, and the difference arm - peer with a Welch 95% interval (the two
+    sides' seeds are independent runs, not pairs). {t, arm, peer, diff, ci_low, ci_high, p}."""
+    from scipy import stats
+
+    end = min(arm_end(peer_runs), arm_end(arm_runs))
+    out = []
+    for t in times:
+        if t > end + 1e-9:
+            break
+        a = [value_at(r["points"], t) for r in arm_runs]
+        b = [value_at(r["points"], t) for r in peer_runs]
+        diff = statistics.fmean(a) - statistics.fmean(b)
+        row = {"t": t, "arm": a, "peer": b, "diff": diff, "ci_low": None, "ci_high": None, "p": None}
+        va, vb = (statistics.variance(x) / len(x) if len(x) > 1 else None for x in (a, b))
+        if va is not None and vb is not None and va + vb > 0:
+            se = (va + vb) ** 0.5
+            df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))  # Welch-Satterthwaite
+            half = float(stats.t.ppf(0.975, df)) * se
+            row.update(ci_low=diff - half, ci_high=diff + half, p=float(2 * stats.t.sf(abs(diff) / se, df)))
+        out.append(row)
+    return out
+
+
 def compare(runs: dict[str, list[dict]], peer: str, arm: str) -> dict:
     """Against peer P: its best mean accuracy B = max_t m_P(t) (and when, t_B), the arm's time to
     reach B, and both means at P's total training time T_P = T_arm(P)."""
@@ -498,6 +538,7 @@ def compare(runs: dict[str, list[dict]], peer: str, arm: str) -> dict:
             "arm_reaches_best_at_per_seed": seed_times_to_reach(runs[arm], best), "arm_total": arm_end(runs[arm]),
             "arm_at_peer_total": accuracy_at(runs[arm], t_peer), "peer_at_peer_total": accuracy_at(runs[peer], t_peer),
             "equal_time_per_seed": equal_time_per_seed(runs[peer], runs[arm]),
+            "at_fixed_times": at_fixed_times(runs[peer], runs[arm]),
             "seeds": {"peer": len(runs[peer]), "arm": len(runs[arm])}}
 
 
@@ -552,6 +593,14 @@ def markdown(result: dict) -> str:
                      f"| {c['arm']} ({c['seeds']['arm']} seeds) | {_sec(c['arm_reaches_best_at'])} "
                      f"| {_pct(c['arm_at_peer_total'])} at {_sec(c['peer_total'])}{short} "
                      f"({_pct(c['peer_at_peer_total'])}) | {seeds} |")
+    lines += ["", "| peer | srpo arm | t | arm (mean of seeds) | peer | arm - peer [Welch 95% CI] | p |",
+              "|---|---|---|---|---|---|---|"]
+    for c in result["comparisons"]:
+        for row in c.get("at_fixed_times", []):
+            ci = "" if row["ci_low"] is None else f" [{100 * row['ci_low']:+.1f}, {100 * row['ci_high']:+.1f}]"
+            p = "-" if row["p"] is None else f"{row['p']:.2g}"
+            lines.append(f"| {c['peer']} | {c['arm']} | {row['t']:.0f} s | {_pct(statistics.fmean(row['arm']))} "
+                         f"| {_pct(statistics.fmean(row['peer']))} | {100 * row['diff']:+.1f}{ci} | {p} |")
     lines += ["", "| arm | seeds | start-up (mean) | training (mean) | steps (mean) | checkpoints | evaluation (all) |",
               "|---|---|---|---|---|---|---|"]
     for arm, t in result["times"].items():

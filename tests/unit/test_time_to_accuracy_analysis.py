@@ -248,3 +248,29 @@ def test_srpo_phases_sum_the_runs_phase_log_and_the_table_shows_them(root, tmp_p
     # train mean 185.5 s: rollout 95 + 5 = 100 (54%), update 80 (43%), other 185.5 - 180 = 5.5 (3%)
     assert "| trl_grpo | 100.0 s (54%) | 80.0 s (43%) | 5.5 s (3%) |" in table
     assert "| srpo_single_srpo | - | - | - | no phase record |" in table
+
+
+def test_fixed_times_compare_the_seeds_of_both_sides_with_welch_intervals(root):
+    """At 60, 120, 180 s (240 is past the peer's end, 180): each side's a_s(t) and the Welch
+    interval of the difference of means, checked against the formula written out."""
+    from scipy import stats
+
+    fast = {c["arm"]: c for c in tta.analyze(root)["comparisons"]}["srpo_single_srpo"]
+    rows = fast["at_fixed_times"]
+    assert [r["t"] for r in rows] == [60.0, 120.0, 180.0]
+    # at 60 s both srpo seeds still hold the base (first marks at 61, 62); the peer 0.25 and the base
+    assert (rows[0]["arm"], rows[0]["peer"], rows[0]["diff"]) == ([BASE, BASE], [0.25, BASE], -0.0625)
+    assert rows[0]["ci_low"] < rows[0]["diff"] < rows[0]["ci_high"]
+    a, b = rows[1]["arm"], rows[1]["peer"]
+    assert (a, b, rows[1]["diff"]) == ([0.25, 0.5], [0.5, 0.125], 0.0625)
+    va, vb = 0.03125 / 2, 0.0703125 / 2  # sample variance / n on each side
+    df = (va + vb) ** 2 / (va ** 2 + vb ** 2)  # Welch-Satterthwaite, n - 1 = 1 on both sides
+    half = stats.t.ppf(0.975, df) * (va + vb) ** 0.5
+    assert rows[1]["ci_low"] == pytest.approx(0.0625 - half) and rows[1]["ci_high"] == pytest.approx(0.0625 + half)
+    assert rows[1]["p"] == pytest.approx(2 * stats.t.sf(0.0625 / (va + vb) ** 0.5, df))
+    assert (rows[2]["arm"], rows[2]["peer"]) == ([0.5, 0.25], [0.375, 0.25])
+    # one seed on a side: the means and their difference, no interval
+    slow = {c["arm"]: c for c in tta.analyze(root)["comparisons"]}["srpo_single_grpo"]
+    assert [r["t"] for r in slow["at_fixed_times"]] == [60.0, 120.0]  # the slow arm ends at 150
+    assert slow["at_fixed_times"][1]["arm"] == [0.25] and slow["at_fixed_times"][1]["ci_low"] is None
+    assert "| trl_grpo | srpo_single_srpo | 120 s | 37.5% | 31.2% | +6.2 [" in tta.markdown(tta.analyze(root))
