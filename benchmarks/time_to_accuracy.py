@@ -355,9 +355,9 @@ def base_dir(root: Path, config: str) -> Path:
     return root / "_base" / Path(config).with_suffix("").name
 
 
-def eval_jobs(root: Path) -> list[tuple[Path, str, list[str], dict[str, Path]]]:
-    """(folder, config, overrides, adapters) of every evaluation not yet done: the base model
-    once per evaluation config, and every checkpoint of every run."""
+def eval_jobs(root: Path, done: bool = False) -> list[tuple[Path, str, list[str], dict[str, Path]]]:
+    """(folder, config, overrides, adapters) of every evaluation not yet done (done=True: those
+    done too): the base model once per evaluation config, and every checkpoint of every run."""
     jobs, bases = [], {}
     for record_path in sorted(root.glob("*/seed*/record.json")):
         record = json.loads(record_path.read_text())
@@ -370,7 +370,7 @@ def eval_jobs(root: Path) -> list[tuple[Path, str, list[str], dict[str, Path]]]:
             folder = record_path.parent / "ckpt" / mark["tag"]
             jobs.append((folder, config, overrides, {p: folder / p for p in record["policies"]}))
     jobs = [(folder, config, overrides, {}) for folder, (config, overrides) in bases.items()] + jobs
-    return [job for job in jobs if not (job[0] / "eval.json").is_file()]
+    return [job for job in jobs if done or not (job[0] / "eval.json").is_file()]
 
 
 def eval_command(config: str, overrides: list[str], adapters: dict[str, Path], threads: int, out: Path) -> list[str]:
@@ -397,7 +397,9 @@ def shard(jobs: list, spec: str | None) -> list:
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     root = Path(args.root)
-    jobs = shard(eval_jobs(root), args.shard)
+    # shard the whole list, done jobs included, then skip the done ones: evaluators started at
+    # different moments (one finishing a job before another starts) still split it without overlap
+    jobs = [job for job in shard(eval_jobs(root, done=True), args.shard) if not (job[0] / "eval.json").is_file()]
     print(f"{len(jobs)} evaluations to run under {root}" + (f" (shard {args.shard})" if args.shard else ""))
     for folder, config, overrides, adapters in jobs:
         folder.mkdir(parents=True, exist_ok=True)

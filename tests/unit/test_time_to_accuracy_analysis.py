@@ -107,6 +107,33 @@ def test_shards_split_the_evaluations_without_overlap():
             tta.shard(jobs, bad)
 
 
+def test_shards_started_apart_do_not_overlap(tmp_path, monkeypatch):
+    """An evaluator that starts after another has finished a job still takes only its own share:
+    shards are cut from the whole list, done jobs included (cut from the pending list, a job done
+    in between shifts every later job to the other shard's parity)."""
+    write_run(tmp_path, "srpo_single_srpo", 0, [(60, 0.5), (120, 0.5), (180, 0.5), (240, 0.5)], scored=False)
+    for i in range(3):  # write_run scored all but the last checkpoint: none scored
+        (tmp_path / f"srpo_single_srpo/seed0/ckpt/step{i:05d}/eval.json").unlink()
+    ran = []
+
+    def fake_eval(cmd, **kwargs):  # `srpo eval` stand-in: records the folder, writes its eval.json
+        out = Path(cmd[-1])
+        ran.append(out.parent)
+        out.write_text(json.dumps({"accuracy": 0.5, "n": 8, "seconds": 1.0}))
+
+    monkeypatch.setattr(tta.subprocess, "run", fake_eval)
+    monkeypatch.setattr(tta, "eval_command", lambda config, overrides, adapters, threads, out: ["srpo", str(out)])
+    args = types.SimpleNamespace(root=str(tmp_path), threads=1)
+    tta.cmd_evaluate(types.SimpleNamespace(**vars(args), shard="1/2"))  # the base, checkpoints 1 and 3
+    first = list(ran)
+    ran.clear()
+    tta.cmd_evaluate(types.SimpleNamespace(**vars(args), shard="2/2"))  # then checkpoints 0 and 2
+    names = [f.relative_to(tmp_path).as_posix() for f in first + ran]
+    assert names == ["_base/single", "srpo_single_srpo/seed0/ckpt/step00001", "srpo_single_srpo/seed0/ckpt/step00003",
+                     "srpo_single_srpo/seed0/ckpt/step00000", "srpo_single_srpo/seed0/ckpt/step00002"]
+    assert tta.eval_jobs(tmp_path) == []
+
+
 def test_a_run_with_an_unscored_checkpoint_waits_for_evaluate(root):
     write_run(root, "srpo_default_debate", 0, [(60, 0.5), (120, 0.75)], scored=False)
     assert "srpo_default_debate" not in tta.load_runs(root)
