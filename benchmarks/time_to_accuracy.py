@@ -42,6 +42,9 @@ Arms (`ARMS`) and their settings:
     srpo_trio_magrpo_2tasks, srpo_trio_srpo_2tasks
                          the same two with train.tasks_per_step=2 (an update every 2 tasks, as
                          CoMLRL's every 2 prompts; 6 drawn at once, 2 informative kept)
+    srpo_trio_srpo_mb2   the trio (method srpo, 6 tasks a step) with train.minibatches=2: each
+                         step's update split into 2 optimizer steps of whole sets, the second's
+                         ratio against the rollout policy (an old-log-prob pass is added)
   Why 3 agents against CoMLRL (its own examples mostly use 2): with 2 debaters srpo's vote
   breaks every disagreement toward the first debater, so the debate's accuracy would read one
   agent alone; with 3, CoMLRL's joint reward, the episode reward both srpo methods train on
@@ -158,11 +161,16 @@ ARMS = {
                                    ("train.method=magrpo", "train.tasks_per_step=2")),
     "srpo_trio_srpo_2tasks": Arm("srpo", TRIO, ("agent_a", "agent_b", "agent_c"),
                                  ("train.method=srpo", "train.tasks_per_step=2")),
+    # the shipped trio with its update split into 2 optimizer steps of whole sets (PPO's
+    # mini-batches): about as many optimizer steps a second as CoMLRL (28 in 300 s against 14)
+    "srpo_trio_srpo_mb2": Arm("srpo", TRIO, ("agent_a", "agent_b", "agent_c"),
+                              ("train.method=srpo", "train.minibatches=2")),
 }
 # each peer and the srpo arms it is compared with
 COMPARISONS = {
     "trl_grpo": ("srpo_single_grpo", "srpo_single_srpo", "srpo_default_debate"),
-    "comlrl_magrpo": ("srpo_trio_magrpo", "srpo_trio_srpo", "srpo_trio_magrpo_2tasks", "srpo_trio_srpo_2tasks"),
+    "comlrl_magrpo": ("srpo_trio_magrpo", "srpo_trio_srpo", "srpo_trio_magrpo_2tasks", "srpo_trio_srpo_2tasks",
+                      "srpo_trio_srpo_mb2"),
 }
 # the fixed training seconds at which `analyze` compares each arm's seeds with its peer's (Welch)
 FIXED_TIMES = (60.0, 120.0, 180.0, 240.0, 300.0)
