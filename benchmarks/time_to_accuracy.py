@@ -363,6 +363,11 @@ def base_dir(root: Path, config: str) -> Path:
     return root / "_base" / Path(config).with_suffix("").name
 
 
+def scored(folder: Path) -> bool:
+    """Whether the checkpoint (or base) in folder has its evaluation."""
+    return (folder / "eval.json").is_file()
+
+
 def eval_jobs(root: Path, done: bool = False) -> list[tuple[Path, str, list[str], dict[str, Path]]]:
     """(folder, config, overrides, adapters) of every evaluation not yet done (done=True: those
     done too): the base model once per evaluation config, and every checkpoint of every run."""
@@ -378,7 +383,7 @@ def eval_jobs(root: Path, done: bool = False) -> list[tuple[Path, str, list[str]
             folder = record_path.parent / "ckpt" / mark["tag"]
             jobs.append((folder, config, overrides, {p: folder / p for p in record["policies"]}))
     jobs = [(folder, config, overrides, {}) for folder, (config, overrides) in bases.items()] + jobs
-    return [job for job in jobs if done or not (job[0] / "eval.json").is_file()]
+    return [job for job in jobs if done or not scored(job[0])]
 
 
 def eval_command(config: str, overrides: list[str], adapters: dict[str, Path], threads: int, out: Path) -> list[str]:
@@ -407,7 +412,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     root = Path(args.root)
     # shard the whole list, done jobs included, then skip the done ones: evaluators started at
     # different moments (one finishing a job before another starts) still split it without overlap
-    jobs = [job for job in shard(eval_jobs(root, done=True), args.shard) if not (job[0] / "eval.json").is_file()]
+    jobs = [job for job in shard(eval_jobs(root, done=True), args.shard) if not scored(job[0])]
     print(f"{len(jobs)} evaluations to run under {root}" + (f" (shard {args.shard})" if args.shard else ""))
     for folder, config, overrides, adapters in jobs:
         folder.mkdir(parents=True, exist_ok=True)
@@ -433,7 +438,7 @@ def load_runs(root: Path) -> dict[str, list[dict]]:
         record = json.loads(record_path.read_text())
         base = base_dir(root, record["eval"]["config"]) / "eval.json"
         folders = [record_path.parent / "ckpt" / m["tag"] for m in record["marks"]]
-        if not base.is_file() or not all((f / "eval.json").is_file() for f in folders):
+        if not base.is_file() or not all(scored(f) for f in folders):
             continue
         points = [(0.0, json.loads(base.read_text())["accuracy"])]
         points += [(m["train_seconds"], json.loads((f / "eval.json").read_text())["accuracy"])
