@@ -45,6 +45,11 @@ Arms (`ARMS`) and their settings:
     srpo_trio_srpo_mb2   the trio (method srpo, 6 tasks a step) with train.minibatches=2: each
                          step's update split into 2 optimizer steps of whole sets, the second's
                          ratio against the rollout policy (an old-log-prob pass is added)
+    srpo_trio_srpo_consumed
+                         the trio (method srpo, 6 tasks a step) with train.unconsumed=singleton:
+                         an answer cut by the token budget, which the vote leaves out, is a set
+                         of its own credited 0 instead of sharing the vote's advantage
+                         (docs/algorithms.md, "Consumed sets")
   Why 3 agents against CoMLRL (its own examples mostly use 2): with 2 debaters srpo's vote
   breaks every disagreement toward the first debater, so the debate's accuracy would read one
   agent alone; with 3, CoMLRL's joint reward, the episode reward both srpo methods train on
@@ -165,12 +170,17 @@ ARMS = {
     # mini-batches): about as many optimizer steps a second as CoMLRL (28 in 300 s against 14)
     "srpo_trio_srpo_mb2": Arm("srpo", TRIO, ("agent_a", "agent_b", "agent_c"),
                               ("train.method=srpo", "train.minibatches=2")),
+    # the shipped trio with consumed sets: a cut answer the vote did not read is its own set,
+    # credited 0, so a debater that rambles past the budget is not credited with the vote's wins
+    # (in the 5-seed runs of 2026-12-07 one debater of three did so on 4 of 5 seeds)
+    "srpo_trio_srpo_consumed": Arm("srpo", TRIO, ("agent_a", "agent_b", "agent_c"),
+                                   ("train.method=srpo", "train.unconsumed=singleton")),
 }
 # each peer and the srpo arms it is compared with
 COMPARISONS = {
     "trl_grpo": ("srpo_single_grpo", "srpo_single_srpo", "srpo_default_debate"),
     "comlrl_magrpo": ("srpo_trio_magrpo", "srpo_trio_srpo", "srpo_trio_magrpo_2tasks", "srpo_trio_srpo_2tasks",
-                      "srpo_trio_srpo_mb2"),
+                      "srpo_trio_srpo_mb2", "srpo_trio_srpo_consumed"),
 }
 # the fixed training seconds at which `analyze` compares each arm's seeds with its peer's (Welch)
 FIXED_TIMES = (60.0, 120.0, 180.0, 240.0, 300.0)
