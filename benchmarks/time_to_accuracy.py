@@ -441,8 +441,9 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 def load_runs(root: Path) -> dict[str, list[dict]]:
     """arm -> its runs, each {seed, points: [(train_seconds, accuracy)] from t = 0 (the base
-    model) on, total: training seconds, startup, eval_seconds}; only runs whose every
-    checkpoint is scored."""
+    model) on, total: training seconds, startup, eval_seconds, agents_end: each agent's own
+    held-out accuracy at the last checkpoint (eval.json's per_agent; None where it has none)};
+    only runs whose every checkpoint is scored."""
     runs: dict[str, list[dict]] = {}
     for record_path in sorted(root.glob("*/seed*/record.json")):
         record = json.loads(record_path.read_text())
@@ -455,6 +456,7 @@ def load_runs(root: Path) -> dict[str, list[dict]]:
                    for m, f in zip(record["marks"], folders)]
         eval_seconds = sum(json.loads((f / "eval_time.json").read_text())["eval_seconds"]
                            for f in folders if (f / "eval_time.json").is_file())
+        agents_end = json.loads((folders[-1] / "eval.json").read_text()).get("per_agent") if folders else None
         phases = record.get("phases")
         metrics = record_path.parent / "srpo_run" / "metrics.jsonl"
         if phases is None and record.get("side") == "srpo" and metrics.is_file():  # a run from before phases
@@ -462,7 +464,7 @@ def load_runs(root: Path) -> dict[str, list[dict]]:
         runs.setdefault(record["arm"], []).append({
             "seed": record["seed"], "points": points, "total": record["train_seconds"],
             "startup": record["startup_seconds"], "eval_seconds": eval_seconds, "steps": record["steps"],
-            "phases": phases})
+            "phases": phases, "agents_end": agents_end})
     return runs
 
 
@@ -583,6 +585,15 @@ def phase_means(runs: list[dict]) -> dict[str, float] | None:
     return {p: statistics.fmean(r["phases"].get(p, 0.0) for r in runs) for p in names}
 
 
+def lowest_agent_end(runs: list[dict]) -> list[float] | None:
+    """Per run (seed order), the lowest of its agents' own held-out accuracies at its last
+    checkpoint: where a vote's member falls apart from the vote (a debater the two others
+    outvote). None unless every run has two or more agents scored."""
+    if not runs or any(not r.get("agents_end") or len(r["agents_end"]) < 2 for r in runs):
+        return None
+    return [min(r["agents_end"].values()) for r in runs]
+
+
 def analyze(root: Path) -> dict:
     """Every comparison whose peer and arm have scored runs, and each arm's times."""
     runs = load_runs(root)
@@ -593,7 +604,8 @@ def analyze(root: Path) -> dict:
                    "eval_seconds": sum(r["eval_seconds"] for r in rs),
                    "checkpoints": sum(len(r["points"]) - 1 for r in rs),
                    "steps_mean": statistics.fmean(r["steps"] for r in rs),
-                   "phases": phase_means(rs)} for arm, rs in sorted(runs.items())}
+                   "phases": phase_means(rs), "lowest_agent_end": lowest_agent_end(rs)}
+             for arm, rs in sorted(runs.items())}
     return {"comparisons": rows, "times": times,
             "curves": {arm: mean_curve(rs) for arm, rs in runs.items()}}
 
@@ -643,6 +655,12 @@ def markdown(result: dict) -> str:
         detail = ", ".join(f"{p} {v:.1f}" for p, v in phases.items())
         lines.append(f"| {arm} | " + " | ".join(f"{c:.1f} s ({100 * c / total:.0f}%)" for c in cols)
                      + f" | {detail} |")
+    lowest = {arm: t["lowest_agent_end"] for arm, t in result["times"].items() if t.get("lowest_agent_end")}
+    if lowest:
+        lines += ["", "| arm | the lowest agent's own held-out accuracy at the last checkpoint, per seed | mean |",
+                  "|---|---|---|"]
+        for arm, values in lowest.items():
+            lines.append(f"| {arm} | {', '.join(_pct(v) for v in values)} | {_pct(statistics.fmean(values))} |")
     return "\n".join(lines) + "\n"
 
 

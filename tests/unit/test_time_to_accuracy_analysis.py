@@ -98,6 +98,20 @@ def test_times_and_markdown(root):
             "| 25.0% at 180 s (arm ends earlier) (31.2%) | 0/0/2 |" in table)
 
 
+def test_the_lowest_agent_at_the_end_per_seed(root):
+    """Runs whose eval.json names each agent's own accuracy: the lowest at the last checkpoint,
+    per seed; arms whose runs do not (or hold one agent) get none and no table row."""
+    for seed, per_agent in ((0, {"a": 0.5, "b": 0.125, "c": 0.25}), (1, {"a": 0.375, "b": 0.5, "c": 0.625})):
+        write_run(root, "srpo_trio_srpo", seed, [(60, 0.25), (120, 0.5)])
+        last = root / "srpo_trio_srpo" / f"seed{seed}" / "ckpt" / "step00001" / "eval.json"
+        last.write_text(json.dumps({**json.loads(last.read_text()), "per_agent": per_agent}))
+    result = tta.analyze(root)
+    assert result["times"]["srpo_trio_srpo"]["lowest_agent_end"] == [0.125, 0.375]
+    assert result["times"]["trl_grpo"]["lowest_agent_end"] is None
+    assert "| srpo_trio_srpo | 12.5%, 37.5% | 25.0% |" in tta.markdown(result)
+    assert "| trl_grpo | " not in tta.markdown(result).split("lowest agent")[1]
+
+
 def test_shards_split_the_evaluations_without_overlap():
     jobs = list(range(7))
     assert tta.shard(jobs, None) == jobs
