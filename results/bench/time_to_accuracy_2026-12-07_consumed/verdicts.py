@@ -1,0 +1,50 @@
+"""H1-H3 of PLAN.md in this folder, read from its analysis.json: one-sided Welch p, Holm over the three.
+
+Run from the repository root:
+    D=results/bench/time_to_accuracy_2026-12-07_consumed
+    python $D/verdicts.py $D > $D/verdicts.txt
+"""
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from scipy import stats
+
+ARM = "srpo_trio_srpo_consumed"
+# H3's comparator, fixed in PLAN.md: the shipped trio's lowest debater at its last checkpoint,
+# 5 seeds of 2026-12-07 evening (results/bench/time_to_accuracy_2026-12-07_5seeds), of 256 problems
+SHIPPED_LOWEST = [31 / 256, 66 / 256, 29 / 256, 4 / 256, 27 / 256]
+
+
+def welch(a: list[float], b: list[float]) -> tuple[float, float, float, float]:
+    """mean(a) - mean(b), its Welch 95% interval, and the one-sided p of 'a above b'."""
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    d = statistics.fmean(a) - statistics.fmean(b)
+    half = float(stats.t.ppf(0.975, df)) * (va + vb) ** 0.5
+    return d, d - half, d + half, float(stats.t.sf(d / (va + vb) ** 0.5, df))
+
+
+def main(folder: Path) -> None:
+    analysis = json.loads((folder / "analysis.json").read_text())
+    comparison = next(c for c in analysis["comparisons"] if c["arm"] == ARM)
+    at = {row["t"]: row for row in comparison["at_fixed_times"]}
+    lowest = analysis["times"][ARM]["lowest_agent_end"]
+    tests = {"H1": welch(at[120.0]["arm"], at[120.0]["peer"]), "H2": welch(at[300.0]["arm"], at[300.0]["peer"]),
+             "H3": welch(lowest, SHIPPED_LOWEST)}
+    holm, running = {}, 0.0
+    for i, name in enumerate(sorted(tests, key=lambda k: tests[k][3])):
+        running = max(running, min(1.0, (len(tests) - i) * tests[name][3]))
+        holm[name] = running
+    for name, (d, low, high, p) in tests.items():
+        verdict = "supported" if holm[name] < 0.05 and d > 0 else "refuted" if high < 0 else "undecided"
+        print(f"{name}: {100 * d:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] one-sided p {p:.3f} "
+              f"Holm {holm[name]:.3f}: {verdict}")
+    print("lowest debater at the end, seeds 0-4:", [round(100 * x, 1) for x in lowest],
+          "shipped trio:", [round(100 * x, 1) for x in SHIPPED_LOWEST])
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
