@@ -50,6 +50,10 @@ Arms (`ARMS`) and their settings:
                          an answer cut by the token budget, which the vote leaves out, is a set
                          of its own credited 0 instead of sharing the vote's advantage
                          (docs/algorithms.md, "Consumed sets")
+    srpo_trio_srpo_debaters
+                         srpo_trio_srpo_consumed with workflow.params.credit=debaters: the vote's
+                         set (still one set, one advantage) credited the mean of its members' own
+                         rewards instead of the vote's, so an outvoted wrong answer lowers it
   Why 3 agents against CoMLRL (its own examples mostly use 2): with 2 debaters srpo's vote
   breaks every disagreement toward the first debater, so the debate's accuracy would read one
   agent alone; with 3, CoMLRL's joint reward, the episode reward both srpo methods train on
@@ -175,12 +179,19 @@ ARMS = {
     # (in the 5-seed runs of 2026-12-07 one debater of three did so on 4 of 5 seeds)
     "srpo_trio_srpo_consumed": Arm("srpo", TRIO, ("agent_a", "agent_b", "agent_c"),
                                    ("train.method=srpo", "train.unconsumed=singleton")),
+    # consumed sets, and the set credited its members' mean own reward (debate credit "debaters"):
+    # with the vote's credit, a debater the two others outvote is credited their win, and with
+    # consumed sets one or two debaters of three still collapsed on 4 of 5 seeds (2026-12-07, late)
+    "srpo_trio_srpo_debaters": Arm("srpo", TRIO, ("agent_a", "agent_b", "agent_c"),
+                                   ("train.method=srpo", "train.unconsumed=singleton",
+                                    "workflow.params.credit=debaters")),
 }
 # each peer and the srpo arms it is compared with
 COMPARISONS = {
     "trl_grpo": ("srpo_single_grpo", "srpo_single_srpo", "srpo_default_debate"),
     "comlrl_magrpo": ("srpo_trio_magrpo", "srpo_trio_srpo", "srpo_trio_magrpo_2tasks", "srpo_trio_srpo_2tasks",
-                      "srpo_trio_srpo_mb2", "srpo_trio_srpo_consumed"),
+                      "srpo_trio_srpo_mb2", "srpo_trio_srpo_consumed",
+                      "srpo_trio_srpo_debaters"),
 }
 # the fixed training seconds at which `analyze` compares each arm's seeds with its peer's (Welch)
 FIXED_TIMES = (60.0, 120.0, 180.0, 240.0, 300.0)
