@@ -462,12 +462,12 @@ def load_runs(root: Path) -> dict[str, list[dict]]:
         folders = [record_path.parent / "ckpt" / m["tag"] for m in record["marks"]]
         if not base.is_file() or not all(scored(f) for f in folders):
             continue
+        evals = [json.loads((f / "eval.json").read_text()) for f in folders]
         points = [(0.0, json.loads(base.read_text())["accuracy"])]
-        points += [(m["train_seconds"], json.loads((f / "eval.json").read_text())["accuracy"])
-                   for m, f in zip(record["marks"], folders)]
+        points += [(m["train_seconds"], e["accuracy"]) for m, e in zip(record["marks"], evals)]
         eval_seconds = sum(json.loads((f / "eval_time.json").read_text())["eval_seconds"]
                            for f in folders if (f / "eval_time.json").is_file())
-        agents_end = json.loads((folders[-1] / "eval.json").read_text()).get("per_agent") if folders else None
+        agents_end = evals[-1].get("per_agent") if evals else None
         phases = record.get("phases")
         metrics = record_path.parent / "srpo_run" / "metrics.jsonl"
         if phases is None and record.get("side") == "srpo" and metrics.is_file():  # a run from before phases

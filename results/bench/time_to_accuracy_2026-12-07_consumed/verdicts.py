@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from scipy import stats
+from srpo_lab.stats import holm
 
 ARM = "srpo_trio_srpo_consumed"
 # H3's comparator, fixed in PLAN.md: the shipped trio's lowest debater at its last checkpoint,
@@ -20,11 +21,10 @@ SHIPPED_LOWEST = [31 / 256, 66 / 256, 29 / 256, 4 / 256, 27 / 256]
 
 def welch(a: list[float], b: list[float]) -> tuple[float, float, float, float]:
     """mean(a) - mean(b), its Welch 95% interval, and the one-sided p of 'a above b'."""
-    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
-    d = statistics.fmean(a) - statistics.fmean(b)
-    half = float(stats.t.ppf(0.975, df)) * (va + vb) ** 0.5
-    return d, d - half, d + half, float(stats.t.sf(d / (va + vb) ** 0.5, df))
+    two_sided = stats.ttest_ind(a, b, equal_var=False)
+    ci = two_sided.confidence_interval(0.95)
+    p = stats.ttest_ind(a, b, equal_var=False, alternative="greater").pvalue
+    return statistics.fmean(a) - statistics.fmean(b), float(ci.low), float(ci.high), float(p)
 
 
 def main(folder: Path) -> None:
@@ -34,14 +34,11 @@ def main(folder: Path) -> None:
     lowest = analysis["times"][ARM]["lowest_agent_end"]
     tests = {"H1": welch(at[120.0]["arm"], at[120.0]["peer"]), "H2": welch(at[300.0]["arm"], at[300.0]["peer"]),
              "H3": welch(lowest, SHIPPED_LOWEST)}
-    holm, running = {}, 0.0
-    for i, name in enumerate(sorted(tests, key=lambda k: tests[k][3])):
-        running = max(running, min(1.0, (len(tests) - i) * tests[name][3]))
-        holm[name] = running
+    adjusted = dict(zip(tests, holm([t[3] for t in tests.values()])))
     for name, (d, low, high, p) in tests.items():
-        verdict = "supported" if holm[name] < 0.05 and d > 0 else "refuted" if high < 0 else "undecided"
+        verdict = "supported" if adjusted[name] < 0.05 and d > 0 else "refuted" if high < 0 else "undecided"
         print(f"{name}: {100 * d:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] one-sided p {p:.3f} "
-              f"Holm {holm[name]:.3f}: {verdict}")
+              f"Holm {adjusted[name]:.3f}: {verdict}")
     print("lowest debater at the end, seeds 0-4:", [round(100 * x, 1) for x in lowest],
           "shipped trio:", [round(100 * x, 1) for x in SHIPPED_LOWEST])
 
