@@ -54,6 +54,10 @@ Arms (`ARMS`) and their settings:
                          srpo_trio_srpo_consumed with workflow.params.credit=debaters: the vote's
                          set (still one set, one advantage) credited the mean of its members' own
                          rewards instead of the vote's, so an outvoted wrong answer lowers it
+    srpo_trio_grpo_own   the trio with train.method=grpo workflow.params.credit=own: per-debater
+                         credit, each answer its own transition credited its own correctness
+                         (GRPO groups by task and agent); the method that gained most in the
+                         debate credit study (docs/results.md, "Credit in debate", D2)
   Why 3 agents against CoMLRL (its own examples mostly use 2): with 2 debaters srpo's vote
   breaks every disagreement toward the first debater, so the debate's accuracy would read one
   agent alone; with 3, CoMLRL's joint reward, the episode reward both srpo methods train on
@@ -185,13 +189,18 @@ ARMS = {
     "srpo_trio_srpo_debaters": Arm("srpo", TRIO, ("agent_a", "agent_b", "agent_c"),
                                    ("train.method=srpo", "train.unconsumed=singleton",
                                     "workflow.params.credit=debaters")),
+    # per-debater credit (GRPO, each answer credited its own correctness): in the debate credit
+    # study it gained more than SRPO's set credit (D2, 20 task-seed pairs, Holm p 0.033), and with
+    # every credit that shares the vote's outcome one or two debaters of three collapsed here
+    "srpo_trio_grpo_own": Arm("srpo", TRIO, ("agent_a", "agent_b", "agent_c"),
+                              ("train.method=grpo", "workflow.params.credit=own")),
 }
 # each peer and the srpo arms it is compared with
 COMPARISONS = {
     "trl_grpo": ("srpo_single_grpo", "srpo_single_srpo", "srpo_default_debate"),
     "comlrl_magrpo": ("srpo_trio_magrpo", "srpo_trio_srpo", "srpo_trio_magrpo_2tasks", "srpo_trio_srpo_2tasks",
                       "srpo_trio_srpo_mb2", "srpo_trio_srpo_consumed",
-                      "srpo_trio_srpo_debaters"),
+                      "srpo_trio_srpo_debaters", "srpo_trio_grpo_own"),
 }
 # the fixed training seconds at which `analyze` compares each arm's seeds with its peer's (Welch)
 FIXED_TIMES = (60.0, 120.0, 180.0, 240.0, 300.0)
