@@ -564,12 +564,11 @@ def at_fixed_times(peer_runs: list[dict], arm_runs: list[dict], times=FIXED_TIME
         b = [value_at(r["points"], t) for r in peer_runs]
         diff = statistics.fmean(a) - statistics.fmean(b)
         row = {"t": t, "arm": a, "peer": b, "diff": diff, "ci_low": None, "ci_high": None, "p": None}
-        va, vb = (statistics.variance(x) / len(x) if len(x) > 1 else None for x in (a, b))
-        if va is not None and vb is not None and va + vb > 0:
-            se = (va + vb) ** 0.5
-            df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))  # Welch-Satterthwaite
-            half = float(stats.t.ppf(0.975, df)) * se
-            row.update(ci_low=diff - half, ci_high=diff + half, p=float(2 * stats.t.sf(abs(diff) / se, df)))
+        # Welch's test needs 2 seeds a side and some spread (all seeds equal on both sides: no interval)
+        if len(a) > 1 and len(b) > 1 and statistics.variance(a) + statistics.variance(b) > 0:
+            welch = stats.ttest_ind(a, b, equal_var=False)
+            ci = welch.confidence_interval(0.95)
+            row.update(ci_low=float(ci.low), ci_high=float(ci.high), p=float(welch.pvalue))
         out.append(row)
     return out
 
