@@ -359,6 +359,9 @@ def test_a_crafted_safetensors_file_is_one_error_naming_it_and_the_intact_checkp
         verify_export(export)
 
 
+# slow (about 19 s of srpo commands started as processes):
+# CI runs it in its slow pass, so the README's fast command stays under ~10 minutes
+@pytest.mark.slow
 def test_srpo_refuses_crafted_weights_in_one_line(run):
     step2 = run / "checkpoints" / "step-2"
     _craft(step2 / "policy-model.safetensors", "huge-header")

@@ -206,6 +206,9 @@ def _logged_lines(run: Path) -> int:
         return 0
 
 
+# slow (about 30 s of real training processes killed and resumed):
+# CI runs it in its slow pass, so the README's fast command stays under ~10 minutes
+@pytest.mark.slow
 def test_random_kills_of_a_real_training_process_lose_nothing(tmp_path):
     """SIGKILL a real `srpo train` process at random moments (seeded) until it finishes, resuming
     each time; after every kill each complete checkpoint verifies, and at the end every step and

@@ -62,6 +62,9 @@ def test_two_runs_started_together_on_one_directory_one_runs_the_other_is_refuse
     assert yaml.safe_load((run / "config.yaml").read_text())["seed"] == (0 if winner is a else 1)
 
 
+# slow (about 16 s of a real run and a resume beside it):
+# CI runs it in its slow pass, so the README's fast command stays under ~10 minutes
+@pytest.mark.slow
 def test_a_late_resume_while_the_run_goes_on_is_refused_and_changes_nothing(tmp_path):
     run = tmp_path / "run"
     first = _start(run, "train.steps=40", "eval.size=4", "checkpoint.every=1")
@@ -79,6 +82,9 @@ def test_a_late_resume_while_the_run_goes_on_is_refused_and_changes_nothing(tmp_
     assert _steps(run) == list(range(1, 41))
 
 
+# slow (about 20 s of real processes killed while holding the lock):
+# CI runs it in its slow pass, so the README's fast command stays under ~10 minutes
+@pytest.mark.slow
 def test_a_killed_holder_never_leaves_the_directory_locked(tmp_path):
     run = tmp_path / "run"
     proc = _start(run, "train.steps=40", "eval.size=4", "checkpoint.every=1")
