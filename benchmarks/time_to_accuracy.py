@@ -58,6 +58,10 @@ Arms (`ARMS`) and their settings:
                          credit, each answer its own transition credited its own correctness
                          (GRPO groups by task and agent); the method that gained most in the
                          debate credit study (docs/results.md, "Credit in debate", D2)
+    srpo_trio_grpo_own_2draws
+                         srpo_trio_grpo_own with train.dynamic_sampling_max_draws=2: 12 tasks
+                         rolled out a step instead of 18 (with this credit about half the drawn
+                         tasks are informative; a short step is scaled as the default recipe's)
   Why 3 agents against CoMLRL (its own examples mostly use 2): with 2 debaters srpo's vote
   breaks every disagreement toward the first debater, so the debate's accuracy would read one
   agent alone; with 3, CoMLRL's joint reward, the episode reward both srpo methods train on
@@ -194,13 +198,20 @@ ARMS = {
     # every credit that shares the vote's outcome one or two debaters of three collapsed here
     "srpo_trio_grpo_own": Arm("srpo", TRIO, ("agent_a", "agent_b", "agent_c"),
                               ("train.method=grpo", "workflow.params.credit=own")),
+    # the same with 2 draws of 6 tasks a step instead of 3: in its 5-seed runs (2026-12-07, night)
+    # 48% of the drawn tasks were informative and 44 of 81 steps needed 2 draws, 36 needed 3;
+    # rollout was 70% of training time and a step about 19 s against CoMLRL's 12
+    "srpo_trio_grpo_own_2draws": Arm("srpo", TRIO, ("agent_a", "agent_b", "agent_c"),
+                                     ("train.method=grpo", "workflow.params.credit=own",
+                                      "train.dynamic_sampling_max_draws=2")),
 }
 # each peer and the srpo arms it is compared with
 COMPARISONS = {
     "trl_grpo": ("srpo_single_grpo", "srpo_single_srpo", "srpo_default_debate"),
     "comlrl_magrpo": ("srpo_trio_magrpo", "srpo_trio_srpo", "srpo_trio_magrpo_2tasks", "srpo_trio_srpo_2tasks",
                       "srpo_trio_srpo_mb2", "srpo_trio_srpo_consumed",
-                      "srpo_trio_srpo_debaters", "srpo_trio_grpo_own"),
+                      "srpo_trio_srpo_debaters", "srpo_trio_grpo_own",
+                      "srpo_trio_grpo_own_2draws"),
 }
 # the fixed training seconds at which `analyze` compares each arm's seeds with its peer's (Welch)
 FIXED_TIMES = (60.0, 120.0, 180.0, 240.0, 300.0)
