@@ -120,6 +120,8 @@ Commands (one run at a time, nothing else on the machine; 2 threads on this 2-co
         --peer-python ../trl-venv/bin/python
     .venv/bin/python benchmarks/time_to_accuracy.py evaluate    # every checkpoint not yet scored
     .venv/bin/python benchmarks/time_to_accuracy.py analyze --out results/bench/time_to_accuracy_<date>
+    .venv/bin/python benchmarks/time_to_accuracy.py verdicts --out results/bench/time_to_accuracy_<date> \\
+        --arm A --lowest-baseline 9,32,4,0,56 --baseline-name "..."   # a plan's H1-H3 (`verdicts`)
 
 `--model tiny` runs the whole chain on srpo's tiny random model (seconds; the slow test).
 """
@@ -736,6 +738,49 @@ def cmd_analyze(args: argparse.Namespace) -> None:
     print(f"written: {out / 'table.md'}, {out / 'analysis.json'}{png}")
 
 
+def welch_one_sided(a: list[float], b: list[float]) -> tuple[float, float, float, float]:
+    """mean(a) - mean(b), its Welch 95% interval, and the one-sided p of 'a above b'."""
+    from scipy import stats
+
+    ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    p = stats.ttest_ind(a, b, equal_var=False, alternative="greater").pvalue
+    return statistics.fmean(a) - statistics.fmean(b), float(ci.low), float(ci.high), float(p)
+
+
+def verdicts(analysis: dict, arm: str, lowest_baseline: list[float], baseline_name: str) -> list[str]:
+    """The plans' H1-H3 (results/bench/time_to_accuracy_2026-12-07_consumed/PLAN.md and later):
+    H1, H2 the arm's seeds against the peer's at 120 s and 300 s (`at_fixed_times`); H3 each run's
+    lowest agent at its last checkpoint against a fixed baseline's. One-sided Welch p, Holm over
+    the three: supported when Holm p < 0.05 with the difference positive, refuted when the 95%
+    interval lies wholly below 0, else undecided. Returns the printed lines."""
+    from srpo_lab.stats import holm
+
+    comparison = next(c for c in analysis["comparisons"] if c["arm"] == arm)
+    at = {row["t"]: row for row in comparison["at_fixed_times"]}
+    lowest = analysis["times"][arm]["lowest_agent_end"]
+    tests = {"H1": welch_one_sided(at[120.0]["arm"], at[120.0]["peer"]),
+             "H2": welch_one_sided(at[300.0]["arm"], at[300.0]["peer"]),
+             "H3": welch_one_sided(lowest, lowest_baseline)}
+    adjusted = dict(zip(tests, holm([t[3] for t in tests.values()])))
+    lines = []
+    for name, (d, low, high, p) in tests.items():
+        verdict = "supported" if adjusted[name] < 0.05 and d > 0 else "refuted" if high < 0 else "undecided"
+        lines.append(f"{name}: {100 * d:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] one-sided p {p:.3f} "
+                     f"Holm {adjusted[name]:.3f}: {verdict}")
+    lines.append(f"lowest debater at the end, seeds 0-4: {[round(100 * x, 1) for x in lowest]} "
+                 f"{baseline_name}: {[round(100 * x, 1) for x in lowest_baseline]}")
+    return lines
+
+
+def cmd_verdicts(args: argparse.Namespace) -> None:
+    folder = Path(args.out)
+    analysis = json.loads((folder / "analysis.json").read_text())
+    baseline = [int(k) / args.heldout for k in args.lowest_baseline.split(",")]
+    lines = verdicts(analysis, args.arm, baseline, args.baseline_name)
+    (folder / "verdicts.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -759,8 +804,15 @@ def main(argv: list[str] | None = None) -> None:
     a.add_argument("--out", help="folder for the outputs (default: --root)")
     for s in (r, e, a):
         s.add_argument("--root", default=DEFAULT_ROOT, help="where runs and evaluations live")
+    v = sub.add_parser("verdicts", help="a plan's H1-H3 from --out's analysis.json, into its verdicts.txt")
+    v.add_argument("--out", required=True, help="the results folder analyze wrote")
+    v.add_argument("--arm", required=True, choices=sorted(ARMS))
+    v.add_argument("--lowest-baseline", required=True,
+                   help="H3's baseline: each run's lowest agent at the end, problems right, comma-separated")
+    v.add_argument("--baseline-name", required=True, help="what H3's baseline is, for the printed line")
+    v.add_argument("--heldout", type=int, default=256, help="held-out problems the counts are out of")
     args = p.parse_args(argv)
-    {"run": cmd_run, "evaluate": cmd_evaluate, "analyze": cmd_analyze}[args.command](args)
+    {"run": cmd_run, "evaluate": cmd_evaluate, "analyze": cmd_analyze, "verdicts": cmd_verdicts}[args.command](args)
 
 
 if __name__ == "__main__":

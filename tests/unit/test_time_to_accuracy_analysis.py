@@ -315,3 +315,18 @@ def test_fixed_times_compare_the_seeds_of_both_sides_with_welch_intervals(root):
     assert [r["t"] for r in slow["at_fixed_times"]] == [60.0, 120.0]  # the slow arm ends at 150
     assert slow["at_fixed_times"][1]["arm"] == [0.25] and slow["at_fixed_times"][1]["ci_low"] is None
     assert "| trl_grpo | srpo_single_srpo | 120 s | 37.5% | 31.2% | +6.2 [" in tta.markdown(tta.analyze(root))
+
+
+def test_verdicts_reads_h1_to_h3_with_holm_and_names_each():
+    """H1, H2 from at_fixed_times at 120 s and 300 s, H3 from lowest_agent_end against the baseline:
+    a clear lead is supported, a clear deficit refuted, a noisy tie undecided."""
+    analysis = {"comparisons": [{"arm": "srpo_trio_grpo_own", "at_fixed_times": [
+        {"t": 120.0, "arm": [0.30, 0.31, 0.29, 0.30, 0.32], "peer": [0.20, 0.21, 0.19, 0.20, 0.22]},
+        {"t": 300.0, "arm": [0.30, 0.10, 0.35, 0.15, 0.25], "peer": [0.20, 0.30, 0.15, 0.28, 0.22]}]}],
+        "times": {"srpo_trio_grpo_own": {"lowest_agent_end": [0.05, 0.06, 0.04, 0.05, 0.07]}}}
+    lines = tta.verdicts(analysis, "srpo_trio_grpo_own", [0.30, 0.31, 0.29, 0.32, 0.30], "baseline")
+    assert lines[0].startswith("H1: +10.0 [") and lines[0].endswith(": supported")
+    assert lines[1].startswith("H2: +0.0 [") and lines[1].endswith(": undecided")
+    assert lines[2].startswith("H3: -25.0 [") and lines[2].endswith(": refuted")
+    assert lines[3] == ("lowest debater at the end, seeds 0-4: [5.0, 6.0, 4.0, 5.0, 7.0] "
+                        "baseline: [30.0, 31.0, 29.0, 32.0, 30.0]")
