@@ -167,12 +167,21 @@ def _same_file(fd: int, path: Path) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
-def _holder(path: Path) -> str:
-    try:
-        pid = path.read_text().strip()
-    except OSError:
-        pid = ""
-    return f"pid {pid}" if pid.isdigit() else "pid unknown"
+def _holder(path: Path, wait_s: float = 1.0) -> str:
+    """The lock holder's pid, for a refusal's message. The holder writes it just after taking
+    the lock, so a run refused in between reads an empty file: read again for up to wait_s
+    (only a refused run gets here) before saying it is unknown."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            pid = path.read_text().strip()
+        except OSError:
+            pid = ""
+        if pid.isdigit():
+            return f"pid {pid}"
+        if time.monotonic() >= deadline:
+            return "pid unknown"
+        time.sleep(0.01)
 
 
 def _is_srpo_written(path: Path) -> bool:

@@ -219,3 +219,18 @@ def test_config_differences_names_changed_added_and_removed_fields_but_not_resum
     assert config_differences(before, after) == [
         "train.lr: 0.001 -> 0.5", "train.epochs: 1 -> <absent>", "train.share_prompt_forward: <absent> -> True"]
     assert config_differences(before, before) == []
+
+
+def test_a_refusal_waits_for_the_holder_to_write_its_pid(tmp_path):
+    """The holder writes its pid just after locking: a run refused in that gap reads it once
+    written (CI once saw 'pid unknown' there), and says unknown only if it never comes."""
+    import threading
+
+    from srpo.record.run_dir import _holder
+
+    lock = tmp_path / LOCK_FILE
+    lock.write_text("")
+    threading.Timer(0.1, lambda: lock.write_text("4242\n")).start()
+    assert _holder(lock) == "pid 4242"
+    lock.write_text("")
+    assert _holder(lock, wait_s=0.05) == "pid unknown"
