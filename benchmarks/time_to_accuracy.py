@@ -121,7 +121,7 @@ Commands (one run at a time, nothing else on the machine; 2 threads on this 2-co
     .venv/bin/python benchmarks/time_to_accuracy.py evaluate    # every checkpoint not yet scored
     .venv/bin/python benchmarks/time_to_accuracy.py analyze --out results/bench/time_to_accuracy_<date>
     .venv/bin/python benchmarks/time_to_accuracy.py verdicts --out results/bench/time_to_accuracy_<date> \\
-        --arm A --lowest-baseline 9,32,4,0,56 --baseline-name "..."   # a plan's H1-H3 (`verdicts`)
+        --arm A --h3-baseline 9,32,4,0,56 --baseline-name "..." [--h3 at-120]   # a plan's H1-H3
 
 `--model tiny` runs the whole chain on srpo's tiny random model (seconds; the slow test).
 """
@@ -747,36 +747,53 @@ def welch_one_sided(a: list[float], b: list[float]) -> tuple[float, float, float
     return statistics.fmean(a) - statistics.fmean(b), float(ci.low), float(ci.high), float(p)
 
 
-def verdicts(analysis: dict, arm: str, lowest_baseline: list[float], baseline_name: str) -> list[str]:
+# H3's two forms: what of the arm's runs is tested against the fixed baseline
+H3_MEASURES = {
+    # results/bench/time_to_accuracy_2026-12-07_consumed and _own: each run's lowest agent at the end
+    "lowest-agent-end": "lowest debater at the end",
+    # results/bench/time_to_accuracy_2026-12-08_2draws: each run's accuracy at 120 training seconds
+    "at-120": "accuracy at 120 s",
+}
+
+
+def verdicts(analysis: dict, arm: str, h3_baseline: list[float], baseline_name: str,
+             h3: str = "lowest-agent-end") -> list[str]:
     """The plans' H1-H3 (results/bench/time_to_accuracy_2026-12-07_consumed/PLAN.md and later):
-    H1, H2 the arm's seeds against the peer's at 120 s and 300 s (`at_fixed_times`); H3 each run's
-    lowest agent at its last checkpoint against a fixed baseline's. One-sided Welch p, Holm over
-    the three: supported when Holm p < 0.05 with the difference positive, refuted when the 95%
-    interval lies wholly below 0, else undecided. Returns the printed lines."""
+    H1, H2 the arm's seeds against the peer's at 120 s and 300 s (`at_fixed_times`); H3 the arm's
+    runs against a fixed baseline's (another session's arm), measured as `h3` says: each run's
+    lowest agent at its last checkpoint (`lowest-agent-end`) or each run's accuracy at 120 s
+    (`at-120`). One-sided Welch p, Holm over the three: supported when Holm p < 0.05 with the
+    difference positive, refuted when the 95% interval lies wholly below 0, else undecided.
+    Returns the printed lines."""
     from srpo_lab.stats import holm
 
+    if h3 not in H3_MEASURES:
+        raise ValueError(f"unknown H3 measure {h3!r}; known: {sorted(H3_MEASURES)}")
     comparison = next(c for c in analysis["comparisons"] if c["arm"] == arm)
     at = {row["t"]: row for row in comparison["at_fixed_times"]}
-    lowest = analysis["times"][arm]["lowest_agent_end"]
+    measured = analysis["times"][arm]["lowest_agent_end"] if h3 == "lowest-agent-end" else at[120.0]["arm"]
+    if measured is None or len(measured) != len(h3_baseline):
+        raise ValueError(f"H3: {len(measured or [])} runs of {arm} against {len(h3_baseline)} baseline values; "
+                         "the plan pairs them seed for seed in count")
     tests = {"H1": welch_one_sided(at[120.0]["arm"], at[120.0]["peer"]),
              "H2": welch_one_sided(at[300.0]["arm"], at[300.0]["peer"]),
-             "H3": welch_one_sided(lowest, lowest_baseline)}
+             "H3": welch_one_sided(measured, h3_baseline)}
     adjusted = dict(zip(tests, holm([t[3] for t in tests.values()])))
     lines = []
     for name, (d, low, high, p) in tests.items():
         verdict = "supported" if adjusted[name] < 0.05 and d > 0 else "refuted" if high < 0 else "undecided"
         lines.append(f"{name}: {100 * d:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] one-sided p {p:.3f} "
                      f"Holm {adjusted[name]:.3f}: {verdict}")
-    lines.append(f"lowest debater at the end, seeds 0-4: {[round(100 * x, 1) for x in lowest]} "
-                 f"{baseline_name}: {[round(100 * x, 1) for x in lowest_baseline]}")
+    lines.append(f"{H3_MEASURES[h3]}, seeds 0-{len(measured) - 1}: {[round(100 * x, 1) for x in measured]} "
+                 f"{baseline_name}: {[round(100 * x, 1) for x in h3_baseline]}")
     return lines
 
 
 def cmd_verdicts(args: argparse.Namespace) -> None:
     folder = Path(args.out)
     analysis = json.loads((folder / "analysis.json").read_text())
-    baseline = [int(k) / args.heldout for k in args.lowest_baseline.split(",")]
-    lines = verdicts(analysis, args.arm, baseline, args.baseline_name)
+    baseline = [int(k) / args.heldout for k in args.h3_baseline.split(",")]
+    lines = verdicts(analysis, args.arm, baseline, args.baseline_name, args.h3)
     (folder / "verdicts.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -807,8 +824,10 @@ def main(argv: list[str] | None = None) -> None:
     v = sub.add_parser("verdicts", help="a plan's H1-H3 from --out's analysis.json, into its verdicts.txt")
     v.add_argument("--out", required=True, help="the results folder analyze wrote")
     v.add_argument("--arm", required=True, choices=sorted(ARMS))
-    v.add_argument("--lowest-baseline", required=True,
-                   help="H3's baseline: each run's lowest agent at the end, problems right, comma-separated")
+    v.add_argument("--h3", choices=sorted(H3_MEASURES), default="lowest-agent-end",
+                   help="what H3 tests of the arm's runs: the lowest agent at the end, or the accuracy at 120 s")
+    v.add_argument("--h3-baseline", "--lowest-baseline", dest="h3_baseline", required=True,
+                   help="H3's fixed baseline, per seed, problems right, comma-separated")
     v.add_argument("--baseline-name", required=True, help="what H3's baseline is, for the printed line")
     v.add_argument("--heldout", type=int, default=256, help="held-out problems the counts are out of")
     args = p.parse_args(argv)

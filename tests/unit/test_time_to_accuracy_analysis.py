@@ -330,3 +330,25 @@ def test_verdicts_reads_h1_to_h3_with_holm_and_names_each():
     assert lines[2].startswith("H3: -25.0 [") and lines[2].endswith(": refuted")
     assert lines[3] == ("lowest debater at the end, seeds 0-4: [5.0, 6.0, 4.0, 5.0, 7.0] "
                         "baseline: [30.0, 31.0, 29.0, 32.0, 30.0]")
+
+
+def test_verdicts_h3_at_120_tests_the_arms_runs_at_120_s_against_the_baseline():
+    """The 2-draws plan's H3: the arm's accuracies at 120 s (the same values H1 uses) against a
+    fixed baseline; H1 and H2 unchanged; a baseline of the wrong length is refused by name."""
+    analysis = {"comparisons": [{"arm": "srpo_trio_grpo_own_2draws", "at_fixed_times": [
+        {"t": 120.0, "arm": [0.40, 0.41, 0.39, 0.40, 0.42], "peer": [0.20, 0.21, 0.19, 0.20, 0.22]},
+        {"t": 300.0, "arm": [0.30, 0.10, 0.35, 0.15, 0.25], "peer": [0.20, 0.30, 0.15, 0.28, 0.22]}]}],
+        "times": {"srpo_trio_grpo_own_2draws": {"lowest_agent_end": None}}}
+    lines = tta.verdicts(analysis, "srpo_trio_grpo_own_2draws", [0.30, 0.31, 0.29, 0.32, 0.30], "earlier",
+                         h3="at-120")
+    assert lines[0].startswith("H1: +20.0 [") and lines[0].endswith(": supported")
+    assert lines[1].startswith("H2: +0.0 [") and lines[1].endswith(": undecided")
+    d, low, high, p = tta.welch_one_sided([0.40, 0.41, 0.39, 0.40, 0.42], [0.30, 0.31, 0.29, 0.32, 0.30])
+    assert lines[2].startswith(f"H3: {100 * d:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]")
+    assert d == pytest.approx(0.10) and lines[2].endswith(": supported")
+    assert lines[3] == ("accuracy at 120 s, seeds 0-4: [40.0, 41.0, 39.0, 40.0, 42.0] "
+                        "earlier: [30.0, 31.0, 29.0, 32.0, 30.0]")
+    with pytest.raises(ValueError, match="4 baseline values"):
+        tta.verdicts(analysis, "srpo_trio_grpo_own_2draws", [0.3] * 4, "earlier", h3="at-120")
+    with pytest.raises(ValueError, match="unknown H3 measure"):
+        tta.verdicts(analysis, "srpo_trio_grpo_own_2draws", [0.3] * 5, "earlier", h3="median")
