@@ -76,8 +76,16 @@ Against TRL the srpo arms are evaluated through their own workflows: single for 
 arms (as TRL's checkpoints), the default job's debate of 3 for srpo_default_debate, so that row
 compares the default job's system with TRL's single agent, as the issue asks.
 
-What `analyze` reports (definitions; a checkpoint lies at a step end, so a "60 s" mark is at
-60 s plus at most one step, and the curves use each mark's own training seconds):
+Which step a "60 s" checkpoint holds (`run --marks`, benchmarks/tta/clock.py; every side the
+same): `after` (the default, every study up to 2026-12-08) the first step to end at or past each
+multiple of 60 s, so a mark lies up to one step past it and, until a side's first mark, the
+comparison holds the base model although the side had trained for a minute; `before` the last
+step to end before it (every step's state is saved, the clock paused, and all but the marks
+discarded), so each mark is the state its side actually had at 60, 120, ... s and the seed by
+seed comparison reads both sides at those nominal times.
+
+What `analyze` reports (definitions; a checkpoint lies at a step end, off its nominal time by up
+to one step, and the curves use each mark's own training seconds):
 
     a_s(t)   seed s's accuracy at training second t: that of its last checkpoint at or before t
              (the base model's at t = 0)
@@ -104,7 +112,8 @@ What `analyze` reports (definitions; a checkpoint lies at a step end, so a "60 s
 Layout under --root (default runs/time_to_accuracy, which git ignores: checkpoints are large;
 `analyze --out results/bench/time_to_accuracy_<date>` writes the small files worth keeping):
 
-    <arm>/seed<S>/record.json           one run: marks (tag, step, train_seconds, save_seconds),
+    <arm>/seed<S>/record.json           one run: marks (tag, step, train_seconds, save_seconds;
+                                        "before" marks also at: the nominal time), mark_mode,
                                         start-up, training seconds, phases, settings, versions,
                                         commit
     <arm>/seed<S>/ckpt/<tag>/<policy>/  the adapters at one mark (peft layout)
@@ -136,6 +145,7 @@ import argparse  # noqa: E402 (after the start-up clock)
 import contextlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import shutil  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -146,7 +156,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE / "tta"))
-from clock import BudgetReached, TrainingClock  # noqa: E402 (benchmarks/tta/)
+from clock import MARK_MODES, BudgetReached, TrainingClock  # noqa: E402 (benchmarks/tta/)
 from provenance import provenance  # noqa: E402
 
 DEFAULT_ROOT = "runs/time_to_accuracy"
@@ -272,7 +282,7 @@ def run_srpo(arm: Arm, args: argparse.Namespace, run_dir: Path) -> dict:
     cfg = load_config(arm.config, srpo_overrides(arm, args.model, args.seed, args.threads, run_dir / "srpo_run"))
     trainer = Trainer(cfg)
     clock = TrainingClock(args.every, args.budget, lambda tag: save_adapters(trainer.policies, run_dir / "ckpt" / tag),
-                          started=STARTED)
+                          started=STARTED, marks=args.marks, discard=lambda tag: shutil.rmtree(run_dir / "ckpt" / tag))
     record_step = trainer.recorder.step
 
     def step(number: int, *a, **kw):  # after the step's own record: a checkpoint at a mark
@@ -284,6 +294,7 @@ def run_srpo(arm: Arm, args: argparse.Namespace, run_dir: Path) -> dict:
     clock.start()
     with contextlib.suppress(BudgetReached):  # the budget ends training, as a stop would
         trainer.train()
+    clock.finish()  # the steps ran out before the budget: the last state is a checkpoint too
     t = cfg.train
     phases = srpo_phases(run_dir / "srpo_run" / "metrics.jsonl", clock.seconds())
     settings = {"config": arm.config, "overrides": list(arm.overrides), "method": t.method, "lr": t.lr,
@@ -371,7 +382,8 @@ def run_peer(arm: Arm, args: argparse.Namespace, run_dir: Path) -> dict:
     tasks.write_text(json.dumps(task_records(arm.config, args.model, model_dir)))
     command = [args.peer_python, str(PEER_SCRIPTS[arm.side]), "--model", str(model_dir), "--tasks", str(tasks),
                "--out", str(run_dir), "--seed", str(args.seed), "--budget", str(args.budget),
-               "--every", str(args.every), "--threads", str(args.threads), *PEER_MODEL_ARGS[args.model],
+               "--every", str(args.every), "--marks", args.marks, "--threads", str(args.threads),
+               *PEER_MODEL_ARGS[args.model],
                *(PEER_TINY_EXTRA[arm.side] if args.model == "tiny" else ())]
     subprocess.run(command, check=True, env=child_env(args.threads))
     return json.loads((run_dir / "peer.json").read_text())
@@ -474,9 +486,10 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 def load_runs(root: Path) -> dict[str, list[dict]]:
     """arm -> its runs, each {seed, points: [(train_seconds, accuracy)] from t = 0 (the base
-    model) on, total: training seconds, startup, eval_seconds, agents_end: each agent's own
-    held-out accuracy at the last checkpoint (eval.json's per_agent; None where it has none)};
-    only runs whose every checkpoint is scored."""
+    model) on, checks: the times the run's checkpoints stand for (a "before" mark's nominal
+    "at", else its own training seconds), end: the last of them, total: training seconds,
+    startup, eval_seconds, agents_end: each agent's own held-out accuracy at the last checkpoint
+    (eval.json's per_agent; None where it has none)}; only runs whose every checkpoint is scored."""
     runs: dict[str, list[dict]] = {}
     for record_path in sorted(root.glob("*/seed*/record.json")):
         record = json.loads(record_path.read_text())
@@ -494,8 +507,10 @@ def load_runs(root: Path) -> dict[str, list[dict]]:
         metrics = record_path.parent / "srpo_run" / "metrics.jsonl"
         if phases is None and record.get("side") == "srpo" and metrics.is_file():  # a run from before phases
             phases = srpo_phases(metrics, record["train_seconds"])
+        checks = [m.get("at", m["train_seconds"]) for m in record["marks"]]
         runs.setdefault(record["arm"], []).append({
-            "seed": record["seed"], "points": points, "total": record["train_seconds"],
+            "seed": record["seed"], "points": points, "checks": checks, "end": checks[-1] if checks else 0.0,
+            "total": record["train_seconds"],
             "startup": record["startup_seconds"], "eval_seconds": eval_seconds, "steps": record["steps"],
             "phases": phases, "agents_end": agents_end})
     return runs
@@ -509,15 +524,15 @@ def value_at(points: list[tuple[float, float]], t: float) -> float:
 
 def arm_end(runs: list[dict]) -> float:
     """T_arm: the training seconds every seed of the arm has a checkpoint for (the earliest
-    last mark), the end of its mean curve."""
-    return min(r["points"][-1][0] for r in runs)
+    last mark; a "before" mark stands for its nominal time), the end of its mean curve."""
+    return min(r.get("end", r["points"][-1][0]) for r in runs)
 
 
 def mean_curve(runs: list[dict]) -> list[tuple[float, float, float, float]]:
     """(t, mean, min, max) over seeds of a_s(t), at every checkpoint time t <= T_arm of any seed
     (the step function's corners): m(t) = (1/S) sum_s a_s(t)."""
     end = arm_end(runs)
-    times = sorted({s for r in runs for s, _ in r["points"] if s <= end})
+    times = sorted({s for r in runs for s, _ in r["points"] if s <= end} | {end})
     out = []
     for t in times:
         values = [value_at(r["points"], t) for r in runs]
@@ -544,19 +559,20 @@ def accuracy_at(runs: list[dict], t: float) -> float:
 def equal_time_per_seed(peer_runs: list[dict], arm_runs: list[dict]) -> list[dict]:
     """Seed by seed (the same seed number on both sides), at every checkpoint time t of the
     peer's run after t = 0 and up to the end of both runs: is the arm's a_s(t) above, equal to or
-    below the peer's? Counts per seed: {seed, ahead, tied, behind}."""
+    below the peer's a_s(t)? Counts per seed: {seed, ahead, tied, behind}. With "before" marks
+    the times are the nominal ones (60, 120, ... s), where each side holds the state it had."""
     arm_by_seed = {r["seed"]: r for r in arm_runs}
     out = []
     for peer in peer_runs:
         arm = arm_by_seed.get(peer["seed"])
         if arm is None:
             continue
-        end = min(peer["points"][-1][0], arm["points"][-1][0])
+        end = min(peer.get("end", peer["points"][-1][0]), arm.get("end", arm["points"][-1][0]))
         counts = {"ahead": 0, "tied": 0, "behind": 0}
-        for t, a_peer in peer["points"][1:]:
+        for t in peer.get("checks", [s for s, _ in peer["points"][1:]]):
             if t > end:
                 break
-            a_arm = value_at(arm["points"], t)
+            a_arm, a_peer = value_at(arm["points"], t), value_at(peer["points"], t)
             counts["ahead" if a_arm > a_peer else "tied" if a_arm == a_peer else "behind"] += 1
         out.append({"seed": peer["seed"], **counts})
     return out
@@ -810,6 +826,9 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--budget", type=float, default=600.0, help="training seconds")
     r.add_argument("--every", type=float, default=60.0, help="training seconds between checkpoints")
+    r.add_argument("--marks", choices=MARK_MODES, default="after",
+                   help="which step a checkpoint holds (benchmarks/tta/clock.py): the first to end past each "
+                        "multiple of --every (after), or the last to end before it (before: a save every step)")
     r.add_argument("--threads", type=int, default=2)
     r.add_argument("--model", choices=sorted(MODEL_OVERRIDES), default="smollm2")
     r.add_argument("--peer-python", help="the peer environment's python (trl_grpo, comlrl_magrpo)")

@@ -7,15 +7,27 @@ Definitions (seconds, `time.perf_counter`):
                       t_start: the clock's start, just before the trainer's first step;
                       P(now): the seconds spent saving checkpoints so far (the clock is paused
                       while a checkpoint is written, so saving never counts as training)
-    marks             after every optimizer step the trainer calls `after_step(step)`; a
-                      checkpoint is saved at the first step end with T >= k * every for each
-                      k = 1, 2, ... (one save however many multiples a long step crossed), and
-                      at the step end where T >= budget, which stops training
+    marks             after every optimizer step the trainer calls `after_step(step)`; which
+                      step's state becomes the checkpoint of the nominal time k * every
+                      (k = 1, 2, ...) and of the budget is the clock's mode:
+      "after"         (the studies up to 2026-12-08) the first step end with T >= k * every is
+                      saved (one save however many multiples a long step crossed), and the
+                      step end where T >= budget, which stops training. Its T is past k * every
+                      by up to one step: until a side's first save the comparison holds the
+                      base model, so at equal time a side whose step happened to end later is
+                      compared by an older state than the one it had (a phase of the step
+                      lengths, not of learning).
+      "before"        every step end's state is saved as the pending checkpoint (the previous
+                      pending one discarded); when a step end crosses k * every (or the
+                      budget), the pending one (the last step that ended before it) becomes the
+                      mark, with "at" = the nominal time it stands for: the state each side
+                      actually had at k * every, so equal-time comparisons at the nominal times
+                      involve no phase. One save every step (the clock paused), one kept a mark.
     start-up seconds  process start (`started`, taken at import of the peer script or given)
                       to t_start: imports, model load, trainer construction
 
-A mark therefore lies at a step boundary, so its training seconds are a little past k * every
-(by at most one step); the curves use the mark's own T, never the nominal k * every.
+A mark lies at a step boundary, so its training seconds are off k * every by up to one step; the
+curves use the mark's own T; "before" marks also carry "at", the nominal time they stand for.
 """
 
 from __future__ import annotations
@@ -29,13 +41,25 @@ class BudgetReached(Exception):
     last checkpoint was saved)."""
 
 
-class TrainingClock:
-    """Training seconds with pauses for checkpoints; `save(tag)` writes one checkpoint."""
+MARK_MODES = ("after", "before")
 
-    def __init__(self, every: float, budget: float, save: Callable[[str], None], started: float | None = None):
+
+class TrainingClock:
+    """Training seconds with pauses for checkpoints; `save(tag)` writes one checkpoint,
+    `discard(tag)` deletes one (needed by the "before" mode, whose pending saves are replaced)."""
+
+    def __init__(self, every: float, budget: float, save: Callable[[str], None], started: float | None = None,
+                 marks: str = "after", discard: Callable[[str], None] | None = None):
         if every <= 0 or budget <= 0:
             raise ValueError(f"every and budget must be > 0 seconds, got {every} and {budget}")
-        self.every, self.budget, self.save = float(every), float(budget), save
+        if marks not in MARK_MODES:
+            raise ValueError(f"unknown mark mode {marks!r}; known: {MARK_MODES}")
+        if marks == "before" and discard is None:
+            raise ValueError("the 'before' mark mode replaces its pending saves: give discard(tag)")
+        self.every, self.budget, self.save, self.discard = float(every), float(budget), save, discard
+        self.mode = marks
+        self.pending: dict | None = None  # "before": the last step end's saved state, not yet a mark
+        self.done = False
         self.started = time.perf_counter() if started is None else started
         self.t_start: float | None = None
         self.paused = 0.0
@@ -59,15 +83,49 @@ class TrainingClock:
 
     def after_step(self, step: int) -> bool:
         """Call after optimizer step number `step` (1-based) ends. Saves a checkpoint when T
-        crossed the next mark or the budget; True when the budget is reached (stop)."""
+        crossed the next mark or the budget ("before": promotes the pending one, then saves this
+        step's state as the new pending one); True when the budget is reached (stop)."""
         self.steps = step
         t = self.seconds()
         done = t >= self.budget
         if t >= self.next_mark or done:
-            self.checkpoint(step, t)
+            if self.mode == "after":
+                self.checkpoint(step, t)
+            elif self.pending is not None:  # else no step ended since the last mark: its state holds
+                # the nominal time the pending state stands for: the budget, or the last multiple crossed
+                self._promote(self.budget if done else int(t // self.every) * self.every)
             # the next multiple of `every` strictly after t
             self.next_mark = (int(t // self.every) + 1) * self.every
+        if self.mode == "before" and not done:
+            self._save_pending(step, t)
+        self.done = done
         return done
+
+    def finish(self) -> None:
+        """The trainer stopped before the budget (its data ran out): its last state is a
+        checkpoint too ("after": saved now; "before": the pending one, standing for now)."""
+        if self.done:
+            return
+        if self.mode == "after":
+            self.checkpoint(self.steps, self.seconds())
+        elif self.pending is not None:
+            self._promote(self.seconds())
+        self.done = True
+
+    def _save_pending(self, step: int, t: float) -> None:
+        previous = self.pending
+        tag = f"step{step:05d}"
+        t0 = time.perf_counter()
+        if previous is not None:
+            self.discard(previous["tag"])
+        self.save(tag)
+        spent = time.perf_counter() - t0
+        self.paused += spent
+        self.pending = {"tag": tag, "step": step, "train_seconds": t, "save_seconds": spent}
+
+    def _promote(self, at: float) -> None:
+        self.marks.append({**self.pending, "at": float(at)})
+        self.pending = None
 
     def checkpoint(self, step: int, t: float) -> None:
         """Save the checkpoint of step `step` at training time t, with the clock paused."""
@@ -81,7 +139,7 @@ class TrainingClock:
     def record(self) -> dict:
         """What a side reports: start-up, training seconds, steps and its marks."""
         return {"startup_seconds": self.startup_seconds, "train_seconds": self.seconds(),
-                "save_seconds": self.paused, "steps": self.steps, "marks": self.marks}
+                "save_seconds": self.paused, "steps": self.steps, "marks": self.marks, "mark_mode": self.mode}
 
 
 class PhaseTimer:

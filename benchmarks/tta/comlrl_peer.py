@@ -51,6 +51,7 @@ import torch  # noqa: E402
 from clock import BudgetReached, PhaseTimer, TrainingClock  # noqa: E402 (benchmarks/tta/, this script's folder)
 from peer_common import (  # noqa: E402
     bf16_supported,
+    checkpoint_discarder,
     math_reward,
     peer_arguments,
     read_tasks,
@@ -137,7 +138,8 @@ def main() -> None:
         for name, agent in zip(POLICIES, trainer.agents):
             agent.save_pretrained(str(out / "ckpt" / tag / name))
 
-    clock = TrainingClock(args.every, args.budget, save, started=STARTED)
+    clock = TrainingClock(args.every, args.budget, save, started=STARTED, marks=args.marks,
+                          discard=checkpoint_discarder(out))
     step_fn = trainer._train_step_returns
 
     def step(*a, **kw):  # one prompt: every agent's generation, the rewards, an update when due
@@ -154,7 +156,7 @@ def main() -> None:
     except BudgetReached:
         pass
     else:  # the epochs ran out before the budget: the last state is still a checkpoint
-        clock.checkpoint(clock.steps, clock.seconds())
+        clock.finish()
     record = {"side": "comlrl", **clock.record(), **phases.record(clock.seconds()),
               "step_unit": "prompt (an update every rollout_buffer_size prompts)",
               "settings": {**{k: v for k, v in vars(args).items() if k not in ("tasks", "out", "model")},

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -33,6 +34,8 @@ def peer_arguments(description: str, bf16_help: str) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--budget", type=float, required=True, help="training seconds")
     p.add_argument("--every", type=float, default=60.0, help="training seconds between checkpoints")
+    p.add_argument("--marks", choices=("after", "before"), default="after",
+                   help="which step a checkpoint holds (clock.py's mark modes)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--lr", type=float, default=4e-4)
     p.add_argument("--max-new-tokens", type=int, default=24)
@@ -40,6 +43,11 @@ def peer_arguments(description: str, bf16_help: str) -> argparse.ArgumentParser:
     p.add_argument("--lora-alpha", type=float, default=32.0)
     p.add_argument("--bf16", choices=("auto", "on", "off"), default="auto", help=bf16_help)
     return p
+
+
+def checkpoint_discarder(out: str | Path):
+    """discard(tag) for the clock: deletes out/ckpt/<tag> (a pending save the clock replaced)."""
+    return lambda tag: shutil.rmtree(Path(out) / "ckpt" / tag)
 
 
 def math_reward():

@@ -44,7 +44,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 from clock import PhaseTimer, TrainingClock  # noqa: E402 (benchmarks/tta/, this script's folder)
-from peer_common import bf16_supported, math_reward, peer_arguments, read_tasks, versions, write_record  # noqa: E402
+from peer_common import (  # noqa: E402
+    bf16_supported,
+    checkpoint_discarder,
+    math_reward,
+    peer_arguments,
+    read_tasks,
+    versions,
+    write_record,
+)
 
 
 def parse_args() -> argparse.Namespace:
@@ -140,13 +148,15 @@ def main() -> None:
     def save(tag: str) -> None:
         holder["trainer"].model.save_pretrained(str(out / "ckpt" / tag / args.policy))
 
-    clock = TrainingClock(args.every, args.budget, save, started=STARTED)
+    clock = TrainingClock(args.every, args.budget, save, started=STARTED, marks=args.marks,
+                          discard=checkpoint_discarder(out))
     trainer = GRPOTrainer(model=args.model, reward_funcs=reward_function(tasks), args=grpo_config(args, out, bf16),
                           train_dataset=dataset, peft_config=lora, callbacks=[clock_callback(clock)])
     trainer.remove_callback(PrinterCallback)
     holder["trainer"] = trainer
     phases = phase_timer(trainer)
     trainer.train()
+    clock.finish()  # the epochs ran out before the budget: the last state is a checkpoint too
     record = {"side": "trl", **clock.record(), **phases.record(clock.seconds()),
               "settings": {**{k: v for k, v in vars(args).items() if k not in ("tasks", "out", "model")},
                            "bf16": bf16, "loss_type": trainer.args.loss_type,

@@ -352,3 +352,94 @@ def test_verdicts_h3_at_120_tests_the_arms_runs_at_120_s_against_the_baseline():
         tta.verdicts(analysis, "srpo_trio_grpo_own_2draws", [0.3] * 4, "earlier", h3="at-120")
     with pytest.raises(ValueError, match="unknown H3 measure"):
         tta.verdicts(analysis, "srpo_trio_grpo_own_2draws", [0.3] * 5, "earlier", h3="median")
+
+
+def fake_time(monkeypatch) -> dict:
+    now = {"t": 0.0}
+    monkeypatch.setattr(clock, "time", types.SimpleNamespace(perf_counter=lambda: now["t"]))
+    return now
+
+
+def test_clock_before_marks_hold_the_last_state_before_each_nominal_time(monkeypatch):
+    """"before" mode: every step's state is saved (5 s each, paused) as the pending checkpoint and
+    the one before is discarded; a step end past k * 60 (or the budget) makes the pending one the
+    mark, "at" the nominal time it stands for. Steps end at wall 25, 50, 80, 100, 230, 260, 340."""
+    now = fake_time(monkeypatch)
+    saved, discarded = [], []
+
+    def save(tag):
+        saved.append(tag)
+        now["t"] += 5.0
+
+    c = clock.TrainingClock(every=60, budget=300, save=save, marks="before", discard=discarded.append)
+    c.start()
+    stops = []
+    for step, wall in enumerate((25, 50, 80, 100, 230, 260, 340), start=1):
+        now["t"] = wall
+        stops.append(c.after_step(step))
+    # T: 25; 50 - 5 = 45; 80 - 10 = 70 (past 60: step 2, T 45, is the mark at 60); 100 - 15 = 85;
+    # 230 - 20 = 210 (past 120 and 180: step 4 stands for both, "at" the later); 260 - 25 = 235;
+    # 340 - 30 = 310 >= the budget: step 6 is the mark at 300, nothing saved after it, stop
+    assert saved == [f"step{i:05d}" for i in range(1, 7)]
+    assert discarded == ["step00001", "step00003", "step00005"]
+    assert [(m["step"], m["train_seconds"], m["at"]) for m in c.marks] == [(2, 45, 60), (4, 85, 180), (6, 235, 300)]
+    assert stops == [False] * 6 + [True]
+    record = c.record()
+    assert record["save_seconds"] == 30.0 and record["mark_mode"] == "before"
+    c.finish()  # after the budget: nothing more
+    assert len(c.marks) == 3
+
+
+def test_clock_finish_keeps_the_last_state_when_the_data_runs_out(monkeypatch):
+    """A trainer whose data ends before the budget: "after" saves its state then, "before" makes
+    the pending save the mark, standing for the time the trainer stopped."""
+    now = fake_time(monkeypatch)
+    after = clock.TrainingClock(every=60, budget=300, save=lambda tag: None)
+    after.start()
+    now["t"] = 30.0
+    assert after.after_step(1) is False and after.marks == []
+    now["t"] = 40.0
+    after.finish()
+    assert [(m["step"], m["train_seconds"]) for m in after.marks] == [(1, 40.0)]
+
+    now["t"] = 0.0
+    before = clock.TrainingClock(every=60, budget=300, save=lambda tag: None, marks="before", discard=lambda tag: None)
+    before.start()
+    now["t"] = 30.0
+    before.after_step(1)
+    now["t"] = 40.0
+    before.finish()
+    assert [(m["step"], m["train_seconds"], m["at"]) for m in before.marks] == [(1, 30.0, 40.0)]
+
+
+def test_clock_refuses_an_unknown_mode_and_before_without_discard():
+    with pytest.raises(ValueError, match="unknown mark mode 'middle'"):
+        clock.TrainingClock(every=60, budget=300, save=lambda tag: None, marks="middle")
+    with pytest.raises(ValueError, match="give discard"):
+        clock.TrainingClock(every=60, budget=300, save=lambda tag: None, marks="before")
+
+
+def test_before_marks_compare_both_sides_at_the_nominal_times(tmp_path):
+    """Runs with "before" marks: the checks are the nominal times (60, 120 s), a run ends at its
+    last nominal time (not at its mark's earlier T), and seed by seed each side is read at each
+    check time with the state it held then."""
+    base = tta.base_dir(tmp_path, "math/single")
+    base.mkdir(parents=True)
+    (base / "eval.json").write_text(json.dumps({"accuracy": BASE, "n": 256, "seconds": 2.0}))
+    for arm, marks in (("trl_grpo", [(58, 60, 0.25), (115, 120, 0.5)]),
+                       ("srpo_single_srpo", [(50, 60, 0.375), (118, 120, 0.375)])):
+        run = write_run(tmp_path, arm, 0, [(t, acc) for t, _, acc in marks])
+        record = json.loads((run / "record.json").read_text())
+        for mark, (_, at, _) in zip(record["marks"], marks):
+            mark["at"] = float(at)
+        (run / "record.json").write_text(json.dumps(record))
+    runs = tta.load_runs(tmp_path)
+    assert runs["trl_grpo"][0]["checks"] == [60.0, 120.0] and runs["trl_grpo"][0]["end"] == 120.0
+    assert tta.arm_end(runs["trl_grpo"]) == 120.0
+    assert tta.mean_curve(runs["trl_grpo"])[-1] == (120.0, 0.5, 0.5, 0.5)
+    row = tta.compare(runs, "trl_grpo", "srpo_single_srpo")
+    # at 60 s: 0.375 against 0.25 (ahead); at 120 s: 0.375 against 0.5 (behind); the arm reads
+    # its 118 s mark at 120 s although the peer's mark is at 115 s
+    assert row["equal_time_per_seed"] == [{"seed": 0, "ahead": 1, "tied": 0, "behind": 1}]
+    assert [r["t"] for r in row["at_fixed_times"]] == [60.0, 120.0]
+    assert row["peer_total"] == 120.0 and row["arm_at_peer_total"] == 0.375

@@ -84,3 +84,28 @@ def test_analyze_tables_every_comparison_that_ran(root):
         assert f"| {peer} (1 seeds) |" in table and f"| {arm} (1 seeds) |" in table
     assert len(json.loads((root / "analysis.json").read_text())["comparisons"]) == len(pairs)
     assert (root / "curves.png").is_file()
+
+
+@pytest.mark.parametrize("arm", ["srpo_single_grpo", "trl_grpo", "comlrl_magrpo"])
+def test_before_marks_keep_only_the_marks_each_the_state_before_its_nominal_time(tmp_path, arm):
+    """`run --marks before` on each side: every step is saved and all but the marks discarded, so
+    the checkpoint folders are exactly the marks'; each mark ended before the nominal time it
+    stands for ("at"), the last stands for the budget. A longer budget than the other tests': a
+    mark needs a step to have ended before it, and a tiny step on a loaded machine took over 1 s."""
+    side = tta.ARMS[arm].side
+    peer = []
+    if side != "srpo":
+        python = PEER_PYTHONS[side]
+        if not Path(python).is_file():
+            pytest.skip(f"{arm}: no {side} environment at {python} (build it: bash scripts/peer_envs.sh {side})")
+        peer = ["--peer-python", python]
+    bench(tmp_path, "run", "--arm", arm, "--seed", "0", "--budget", "6", "--every", "2", "--threads", "1",
+          "--model", "tiny", "--marks", "before", *peer)
+    run = tmp_path / arm / "seed0"
+    record = json.loads((run / "record.json").read_text())
+    assert record["mark_mode"] == "before" and record["marks"]
+    assert sorted(p.name for p in (run / "ckpt").iterdir()) == sorted(m["tag"] for m in record["marks"])
+    for mark in record["marks"]:
+        assert mark["train_seconds"] < mark["at"]
+    assert record["marks"][-1]["at"] == 6.0
+    assert [m["step"] for m in record["marks"]] == sorted({m["step"] for m in record["marks"]})
