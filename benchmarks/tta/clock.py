@@ -107,7 +107,8 @@ class TrainingClock:
         if self.done:
             return
         if self.mode == "after":
-            self.checkpoint(self.steps, self.seconds())
+            if not self.marks or self.marks[-1]["step"] != self.steps:  # else the last step is saved already
+                self.checkpoint(self.steps, self.seconds())
         elif self.pending is not None:
             self._promote(self.seconds())
         self.done = True

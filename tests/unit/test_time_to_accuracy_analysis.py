@@ -401,6 +401,11 @@ def test_clock_finish_keeps_the_last_state_when_the_data_runs_out(monkeypatch):
     now["t"] = 40.0
     after.finish()
     assert [(m["step"], m["train_seconds"]) for m in after.marks] == [(1, 40.0)]
+    now["t"] = 70.0
+    after.after_step(2)  # a mark at 60 s: step 2 is saved
+    now["t"] = 75.0
+    after.finish()  # its last state is that mark already: no second save of step 2
+    assert [m["step"] for m in after.marks] == [1, 2]
 
     now["t"] = 0.0
     before = clock.TrainingClock(every=60, budget=300, save=lambda tag: None, marks="before", discard=lambda tag: None)
