@@ -35,6 +35,17 @@ def bench(root: Path, *args: str) -> subprocess.CompletedProcess:
     return done
 
 
+def peer_args(arm: str) -> list[str]:
+    """`--peer-python` for a peer arm (skipped with the reason when its environment is missing)."""
+    side = tta.ARMS[arm].side
+    if side == "srpo":
+        return []
+    python = PEER_PYTHONS[side]
+    if not Path(python).is_file():
+        pytest.skip(f"{arm}: no {side} environment at {python} (build it: bash scripts/peer_envs.sh {side})")
+    return ["--peer-python", python]
+
+
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("time_to_accuracy")
@@ -42,13 +53,7 @@ def root(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("arm", list(tta.ARMS))
 def test_run_and_evaluate_one_arm(root, arm):
-    side = tta.ARMS[arm].side
-    peer = []
-    if side != "srpo":
-        python = PEER_PYTHONS[side]
-        if not Path(python).is_file():
-            pytest.skip(f"{arm}: no {side} environment at {python} (build it: bash scripts/peer_envs.sh {side})")
-        peer = ["--peer-python", python]
+    peer = peer_args(arm)
     bench(root, "run", "--arm", arm, "--seed", "0", "--budget", BUDGET, "--every", EVERY, "--threads", "1",
           "--model", "tiny", *peer)
     run = root / arm / "seed0"
@@ -92,13 +97,7 @@ def test_before_marks_keep_only_the_marks_each_the_state_before_its_nominal_time
     the checkpoint folders are exactly the marks'; each mark ended before the nominal time it
     stands for ("at"), the last stands for the budget. A longer budget than the other tests': a
     mark needs a step to have ended before it, and a tiny step on a loaded machine took over 1 s."""
-    side = tta.ARMS[arm].side
-    peer = []
-    if side != "srpo":
-        python = PEER_PYTHONS[side]
-        if not Path(python).is_file():
-            pytest.skip(f"{arm}: no {side} environment at {python} (build it: bash scripts/peer_envs.sh {side})")
-        peer = ["--peer-python", python]
+    peer = peer_args(arm)
     bench(tmp_path, "run", "--arm", arm, "--seed", "0", "--budget", "6", "--every", "2", "--threads", "1",
           "--model", "tiny", "--marks", "before", *peer)
     run = tmp_path / arm / "seed0"
