@@ -559,8 +559,9 @@ def accuracy_at(runs: list[dict], t: float) -> float:
 def equal_time_per_seed(peer_runs: list[dict], arm_runs: list[dict]) -> list[dict]:
     """Seed by seed (the same seed number on both sides), at every checkpoint time t of the
     peer's run after t = 0 and up to the end of both runs: is the arm's a_s(t) above, equal to or
-    below the peer's a_s(t)? Counts per seed: {seed, ahead, tied, behind}. With "before" marks
-    the times are the nominal ones (60, 120, ... s), where each side holds the state it had."""
+    below the peer's a_s(t)? Per seed: {seed, ahead, tied, behind (counts), behind_at: [{t, arm,
+    peer}] (where it is behind, both accuracies)}. With "before" marks the times are the nominal
+    ones (60, 120, ... s), where each side holds the state it had."""
     arm_by_seed = {r["seed"]: r for r in arm_runs}
     out = []
     for peer in peer_runs:
@@ -569,12 +570,15 @@ def equal_time_per_seed(peer_runs: list[dict], arm_runs: list[dict]) -> list[dic
             continue
         end = min(peer.get("end", peer["points"][-1][0]), arm.get("end", arm["points"][-1][0]))
         counts = {"ahead": 0, "tied": 0, "behind": 0}
+        behind_at = []
         for t in peer.get("checks", [s for s, _ in peer["points"][1:]]):
             if t > end:
                 break
             a_arm, a_peer = value_at(arm["points"], t), value_at(peer["points"], t)
             counts["ahead" if a_arm > a_peer else "tied" if a_arm == a_peer else "behind"] += 1
-        out.append({"seed": peer["seed"], **counts})
+            if a_arm < a_peer:
+                behind_at.append({"t": t, "arm": a_arm, "peer": a_peer})
+        out.append({"seed": peer["seed"], **counts, "behind_at": behind_at})
     return out
 
 
@@ -678,6 +682,13 @@ def markdown(result: dict) -> str:
                      f"| {c['arm']} ({c['seeds']['arm']} seeds) | {_sec(c['arm_reaches_best_at'])} "
                      f"| {_pct(c['arm_at_peer_total'])} at {_sec(c['peer_total'])}{short} "
                      f"({_pct(c['peer_at_peer_total'])}) | {seeds} |")
+    behind = [(c, s) for c in result["comparisons"] for s in c["equal_time_per_seed"] if s.get("behind_at")]
+    if behind:  # where the equal-time half is lost, seed by seed
+        lines += ["", "| peer | srpo arm | seed | behind at (training seconds: arm against peer) |",
+                  "|---|---|---|---|"]
+        for c, s in behind:
+            lines.append(f"| {c['peer']} | {c['arm']} | {s['seed']} | " + ", ".join(
+                f"{b['t']:.0f} s: {_pct(b['arm'])} against {_pct(b['peer'])}" for b in s["behind_at"]) + " |")
     lines += ["", "| peer | srpo arm | t | arm (mean of seeds) | peer | arm - peer [Welch 95% CI] | p |",
               "|---|---|---|---|---|---|---|"]
     for c in result["comparisons"]:

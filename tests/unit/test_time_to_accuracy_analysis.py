@@ -79,10 +79,12 @@ def test_comparisons_time_to_the_peers_best_and_accuracy_at_its_total(root):
     assert slow["arm_reaches_best_at"] is None  # 0.25 at best
     # seed 0 at the peer's 60, 120, 180: fast holds 0.125 < 0.25, 0.25 < 0.5, 0.5 > 0.375; seed 1 at
     # 65, 125, 190: 0.5 > 0.125, 0.25 = 0.25, 0.25 < 0.625 (its 210 is later)
-    assert fast["equal_time_per_seed"] == [{"seed": 0, "ahead": 1, "tied": 0, "behind": 2},
-                                           {"seed": 1, "ahead": 1, "tied": 1, "behind": 1}]
+    assert fast["equal_time_per_seed"] == [
+        {"seed": 0, "ahead": 1, "tied": 0, "behind": 2,
+         "behind_at": [{"t": 60, "arm": 0.125, "peer": 0.25}, {"t": 120, "arm": 0.25, "peer": 0.5}]},
+        {"seed": 1, "ahead": 1, "tied": 1, "behind": 1, "behind_at": [{"t": 190, "arm": 0.25, "peer": 0.625}]}]
     # slow has seed 0 only, ending at 150: the peer's 60 and 120 (0.125 < 0.25, 0.25 < 0.5)
-    assert slow["equal_time_per_seed"] == [{"seed": 0, "ahead": 0, "tied": 0, "behind": 2}]
+    assert [(s["seed"], s["ahead"], s["tied"], s["behind"]) for s in slow["equal_time_per_seed"]] == [(0, 0, 0, 2)]
     assert (slow["arm_total"], slow["arm_at_peer_total"]) == (150, 0.25)  # ends before 180: its end
 
 
@@ -96,6 +98,9 @@ def test_times_and_markdown(root):
             "| 1/0/2, 1/1/1 |" in table)
     assert ("| trl_grpo (2 seeds) | 37.5% (125 s) | srpo_single_grpo (1 seeds) | not reached "
             "| 25.0% at 180 s (arm ends earlier) (31.2%) | 0/0/2 |" in table)
+    # where the equal-time half is lost, seed by seed, with both accuracies
+    assert "| trl_grpo | srpo_single_srpo | 0 | 60 s: 12.5% against 25.0%, 120 s: 25.0% against 50.0% |" in table
+    assert "| trl_grpo | srpo_single_srpo | 1 | 190 s: 25.0% against 62.5% |" in table
 
 
 def test_the_lowest_agent_at_the_end_per_seed(root):
@@ -445,6 +450,7 @@ def test_before_marks_compare_both_sides_at_the_nominal_times(tmp_path):
     row = tta.compare(runs, "trl_grpo", "srpo_single_srpo")
     # at 60 s: 0.375 against 0.25 (ahead); at 120 s: 0.375 against 0.5 (behind); the arm reads
     # its 118 s mark at 120 s although the peer's mark is at 115 s
-    assert row["equal_time_per_seed"] == [{"seed": 0, "ahead": 1, "tied": 0, "behind": 1}]
+    assert row["equal_time_per_seed"] == [{"seed": 0, "ahead": 1, "tied": 0, "behind": 1,
+                                           "behind_at": [{"t": 120.0, "arm": 0.375, "peer": 0.5}]}]
     assert [r["t"] for r in row["at_fixed_times"]] == [60.0, 120.0]
     assert row["peer_total"] == 120.0 and row["arm_at_peer_total"] == 0.375
