@@ -809,8 +809,9 @@ def verdicts(analysis: dict, arm: str, h3_baseline: list[float], baseline_name: 
     lines = []
     for name, (d, low, high, p) in tests.items():
         verdict = "supported" if adjusted[name] < 0.05 and d > 0 else "refuted" if high < 0 else "undecided"
-        lines.append(f"{name}: {100 * d:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] one-sided p {p:.3f} "
-                     f"Holm {adjusted[name]:.3f}: {verdict}")
+        # three significant digits: a p of 0.0496 must not print as 0.050 beside "supported"
+        lines.append(f"{name}: {100 * d:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] one-sided p {p:.3g} "
+                     f"Holm {adjusted[name]:.3g}: {verdict}")
     lines.append(f"{H3_MEASURES[h3]}, seeds 0-{len(measured) - 1}: {[round(100 * x, 1) for x in measured]} "
                  f"{baseline_name}: {[round(100 * x, 1) for x in h3_baseline]}")
     return lines

@@ -337,6 +337,19 @@ def test_verdicts_reads_h1_to_h3_with_holm_and_names_each():
                         "baseline: [30.0, 31.0, 29.0, 32.0, 30.0]")
 
 
+def test_verdicts_print_a_p_near_the_threshold_with_three_significant_digits():
+    """The before-marks study's H1 (problems right of 256 at 120 s): one-sided p 0.0496, the
+    largest of the three, so Holm leaves it; it must read as below 0.05 beside "supported"."""
+    arm, peer = [x / 256 for x in (90, 87, 84, 98, 104)], [x / 256 for x in (87, 98, 60, 53, 75)]
+    analysis = {"comparisons": [{"arm": "srpo_trio_grpo_own_2draws", "at_fixed_times": [
+        {"t": 120.0, "arm": arm, "peer": peer},
+        {"t": 300.0, "arm": [0.40, 0.41, 0.39, 0.40, 0.42], "peer": [0.20, 0.21, 0.19, 0.20, 0.22]}]}],
+        "times": {"srpo_trio_grpo_own_2draws": {"lowest_agent_end": [0.30, 0.31, 0.29, 0.30, 0.32]}}}
+    lines = tta.verdicts(analysis, "srpo_trio_grpo_own_2draws", [0.05, 0.06, 0.04, 0.05, 0.07], "baseline")
+    assert tta.welch_one_sided(arm, peer)[3] == pytest.approx(0.0496, abs=5e-5)
+    assert lines[0] == "H1: +7.0 [-1.8, +15.9] one-sided p 0.0496 Holm 0.0496: supported"
+
+
 def test_verdicts_h3_at_120_tests_the_arms_runs_at_120_s_against_the_baseline():
     """The 2-draws plan's H3: the arm's accuracies at 120 s (the same values H1 uses) against a
     fixed baseline; H1 and H2 unchanged; a baseline of the wrong length is refused by name."""
