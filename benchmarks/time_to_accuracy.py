@@ -84,6 +84,10 @@ step to end before it (every step's state is saved, the clock paused, and all bu
 discarded), so each mark is the state its side actually had at 60, 120, ... s and the seed by
 seed comparison reads both sides at those nominal times.
 
+`run --lr X` replaces the learning rate on any side (srpo's train.lr, the peers' --lr; without it
+every side runs at 4e-4); the record's settings name the rate a run trained with. Runs at
+different rates go into different --root folders: `analyze` groups runs by arm.
+
 What `analyze` reports (definitions; a checkpoint lies at a step end, off its nominal time by up
 to one step, and the curves use each mark's own training seconds):
 
@@ -250,10 +254,12 @@ QUIET = ("eval.before=false", "eval.after=false", "eval.every=0", "checkpoint.ev
 # --------------------------------------------------------------------------- run: srpo side
 
 
-def srpo_overrides(arm: Arm, model: str, seed: int, threads: int, run_dir: Path) -> list[str]:
-    """The overrides of an srpo training run of `arm` (the arm's, the model's, QUIET)."""
+def srpo_overrides(arm: Arm, model: str, seed: int, threads: int, run_dir: Path,
+                   lr: float | None = None) -> list[str]:
+    """The overrides of an srpo training run of `arm` (the arm's, the model's, QUIET; `lr`, when
+    given, replaces the config's train.lr)."""
     return [*arm.overrides, *MODEL_OVERRIDES[model], *QUIET, f"seed={seed}", f"train.threads={threads}",
-            f"output_dir={run_dir}"]
+            f"output_dir={run_dir}", *([f"train.lr={lr}"] if lr is not None else [])]
 
 
 def save_adapters(policies, folder: Path) -> None:
@@ -279,7 +285,8 @@ def run_srpo(arm: Arm, args: argparse.Namespace, run_dir: Path) -> dict:
     from srpo.config import load_config
     from srpo.train.trainer import Trainer
 
-    cfg = load_config(arm.config, srpo_overrides(arm, args.model, args.seed, args.threads, run_dir / "srpo_run"))
+    cfg = load_config(arm.config, srpo_overrides(arm, args.model, args.seed, args.threads, run_dir / "srpo_run",
+                                                 args.lr))
     trainer = Trainer(cfg)
     clock = TrainingClock(args.every, args.budget, lambda tag: save_adapters(trainer.policies, run_dir / "ckpt" / tag),
                           started=STARTED, marks=args.marks, discard=lambda tag: shutil.rmtree(run_dir / "ckpt" / tag))
@@ -380,13 +387,17 @@ def run_peer(arm: Arm, args: argparse.Namespace, run_dir: Path) -> dict:
     model_dir = model_folder(args.model, root)
     tasks = run_dir / "tasks.json"
     tasks.write_text(json.dumps(task_records(arm.config, args.model, model_dir)))
-    command = [args.peer_python, str(PEER_SCRIPTS[arm.side]), "--model", str(model_dir), "--tasks", str(tasks),
-               "--out", str(run_dir), "--seed", str(args.seed), "--budget", str(args.budget),
-               "--every", str(args.every), "--marks", args.marks, "--threads", str(args.threads),
-               *PEER_MODEL_ARGS[args.model],
-               *(PEER_TINY_EXTRA[arm.side] if args.model == "tiny" else ())]
-    subprocess.run(command, check=True, env=child_env(args.threads))
+    subprocess.run(peer_command(arm, args, model_dir, tasks, run_dir), check=True, env=child_env(args.threads))
     return json.loads((run_dir / "peer.json").read_text())
+
+
+def peer_command(arm: Arm, args: argparse.Namespace, model_dir: Path, tasks: Path, run_dir: Path) -> list[str]:
+    """The peer script's command line for one run (its own environment's python)."""
+    return [args.peer_python, str(PEER_SCRIPTS[arm.side]), "--model", str(model_dir), "--tasks", str(tasks),
+            "--out", str(run_dir), "--seed", str(args.seed), "--budget", str(args.budget),
+            "--every", str(args.every), "--marks", args.marks, "--threads", str(args.threads),
+            *(["--lr", str(args.lr)] if args.lr is not None else []), *PEER_MODEL_ARGS[args.model],
+            *(PEER_TINY_EXTRA[arm.side] if args.model == "tiny" else ())]
 
 
 def child_env(threads: int) -> dict:
@@ -829,8 +840,8 @@ def cmd_verdicts(args: argparse.Namespace) -> None:
 # --------------------------------------------------------------------------- main
 
 
-def main(argv: list[str] | None = None) -> None:
-    os.environ.update(OFFLINE)
+def build_parser() -> argparse.ArgumentParser:
+    """The subcommands run, evaluate, analyze and verdicts, with their options."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="one arm x seed x budget: its checkpoints and record.json")
@@ -844,6 +855,8 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--threads", type=int, default=2)
     r.add_argument("--model", choices=sorted(MODEL_OVERRIDES), default="smollm2")
     r.add_argument("--peer-python", help="the peer environment's python (trl_grpo, comlrl_magrpo)")
+    r.add_argument("--lr", type=float, help="the learning rate, on any side (default: the side's own, 4e-4 "
+                   "everywhere; srpo's train.lr, the peers' --lr); every record names the one it ran with")
     e = sub.add_parser("evaluate", help="score every checkpoint (and base) not yet scored")
     e.add_argument("--threads", type=int, default=2)
     e.add_argument("--shard", help="K/N: only every N-th evaluation from the K-th (N evaluators side by side, "
@@ -861,7 +874,12 @@ def main(argv: list[str] | None = None) -> None:
                    help="H3's fixed baseline, per seed, problems right, comma-separated")
     v.add_argument("--baseline-name", required=True, help="what H3's baseline is, for the printed line")
     v.add_argument("--heldout", type=int, default=256, help="held-out problems the counts are out of")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    os.environ.update(OFFLINE)
+    args = build_parser().parse_args(argv)
     {"run": cmd_run, "evaluate": cmd_evaluate, "analyze": cmd_analyze, "verdicts": cmd_verdicts}[args.command](args)
 
 

@@ -467,3 +467,21 @@ def test_before_marks_compare_both_sides_at_the_nominal_times(tmp_path):
                                            "behind_at": [{"t": 120.0, "arm": 0.375, "peer": 0.5}]}]
     assert [r["t"] for r in row["at_fixed_times"]] == [60.0, 120.0]
     assert row["peer_total"] == 120.0 and row["arm_at_peer_total"] == 0.375
+
+
+def test_run_lr_reaches_every_side_and_is_absent_by_default():
+    """`run --lr X` replaces srpo's train.lr and passes --lr X to a peer script; without it each
+    side keeps its own (no override, no flag)."""
+    arm = tta.ARMS["srpo_trio_grpo_own_2draws"]
+    with_lr = tta.srpo_overrides(arm, "smollm2", 0, 2, Path("out"), 8e-4)
+    assert with_lr[-1] == "train.lr=0.0008" and with_lr[:len(arm.overrides)] == list(arm.overrides)
+    assert not any(o.startswith("train.lr=") for o in tta.srpo_overrides(arm, "smollm2", 0, 2, Path("out")))
+    from srpo.config import load_config
+    assert load_config(arm.config, with_lr).train.lr == pytest.approx(8e-4)
+    parser_args = ["run", "--arm", "comlrl_magrpo", "--peer-python", "py", "--marks", "before", "--lr", "8e-4"]
+    args = tta.build_parser().parse_args(parser_args)
+    command = tta.peer_command(tta.ARMS["comlrl_magrpo"], args, Path("m"), Path("t.json"), Path("o"))
+    assert command[command.index("--lr") + 1] == "0.0008" and command[command.index("--marks") + 1] == "before"
+    default = tta.build_parser().parse_args(parser_args[:-2])
+    assert default.lr is None
+    assert "--lr" not in tta.peer_command(tta.ARMS["comlrl_magrpo"], default, Path("m"), Path("t.json"), Path("o"))
