@@ -149,7 +149,6 @@ import argparse  # noqa: E402 (after the start-up clock)
 import contextlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
-import shutil  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -161,6 +160,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE / "tta"))
 from clock import MARK_MODES, BudgetReached, TrainingClock  # noqa: E402 (benchmarks/tta/)
+from peer_common import checkpoint_discarder  # noqa: E402 (benchmarks/tta/; the standard library only)
 from provenance import provenance  # noqa: E402
 
 DEFAULT_ROOT = "runs/time_to_accuracy"
@@ -289,7 +289,7 @@ def run_srpo(arm: Arm, args: argparse.Namespace, run_dir: Path) -> dict:
                                                  args.lr))
     trainer = Trainer(cfg)
     clock = TrainingClock(args.every, args.budget, lambda tag: save_adapters(trainer.policies, run_dir / "ckpt" / tag),
-                          started=STARTED, marks=args.marks, discard=lambda tag: shutil.rmtree(run_dir / "ckpt" / tag))
+                          started=STARTED, marks=args.marks, discard=checkpoint_discarder(run_dir))
     record_step = trainer.recorder.step
 
     def step(number: int, *a, **kw):  # after the step's own record: a checkpoint at a mark
